@@ -1,0 +1,127 @@
+"""YAML in and out, the way a researcher writes it.
+
+PyYAML follows YAML 1.1, where ``1e-5`` is a string, not a float; every recipe and spec in the world
+writes eps that way, so our loader reads it as the float it means. Mappings keep the line they came
+from, so an error can point at it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import NormsearchError
+
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+    re.VERBOSE,
+)
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+
+
+class LineDict(dict):
+    """A dict that remembers the line of each key in its source file (``lines[key]``, 1-based)."""
+
+    lines: dict
+    source: str | None = None
+
+
+def _construct_mapping(loader, node):
+    d = LineDict(loader.construct_mapping(node, deep=True))
+    d.lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
+    return d
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def loads(text: str, source: str = "<string>") -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise NormsearchError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
+
+
+def load(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise NormsearchError(f"{path}: no such file")
+    data = loads(path.read_text(), source=str(path))
+    _mark_source(data, str(path))
+    return data
+
+
+def _mark_source(data, source):
+    if isinstance(data, LineDict):
+        data.source = source
+        for v in data.values():
+            _mark_source(v, source)
+    elif isinstance(data, list):
+        for v in data:
+            _mark_source(v, source)
+
+
+def where(d, key=None) -> str:
+    """'recipe.yaml:12: ' for a key of a LineDict read from a file, '' otherwise."""
+    if isinstance(d, LineDict) and d.source:
+        line = d.lines.get(key) if key is not None else None
+        if line is None and d.lines:
+            line = min(d.lines.values())
+        return f"{d.source}:{line}: " if line else f"{d.source}: "
+    return ""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(LineDict, lambda dumper, d: dumper.represent_dict(dict(d)))
+
+
+class Flow(dict):
+    """A mapping written on one line (``{kind: rmsnorm, eps: 1.0e-05}``)."""
+
+
+_Dumper.add_representer(
+    Flow, lambda dumper, d: dumper.represent_mapping("tag:yaml.org,2002:map", d, flow_style=True)
+)
+
+
+def flow_leaves(data: Any) -> Any:
+    """Write innermost mappings (norm specs, layer selectors) on one line each."""
+    if isinstance(data, dict):
+        def flat(v):
+            return not isinstance(v, (dict, list)) or (
+                isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v)
+            )
+
+        if data and all(flat(v) for v in data.values()):
+            return Flow(data)
+        return {k: flow_leaves(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [flow_leaves(v) for v in data]
+    return data
+
+
+def dumps(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False)

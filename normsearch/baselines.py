@@ -1,0 +1,126 @@
+"""The named placements from the papers, written in sites (see shared/design/norm-sites.md).
+
+Each baseline is a function of the norm kind (a recipe choice: the papers use both LayerNorm and
+RMSNorm), except ``dyt``, which is DyT by definition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import SpecError, unknown
+from .norms import NORM_KINDS
+from .spec import NormSpec, Placement
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    build: Callable[[str], Placement]
+    source: str
+    notes: str = ""
+
+    def placement(self, kind: str = "rmsnorm") -> Placement:
+        return self.build(kind).with_name(self.name)
+
+
+BASELINES: dict[str, Baseline] = {}
+
+
+def _baseline(name: str, source: str, notes: str = ""):
+    def deco(fn: Callable[[str], Placement]):
+        BASELINES[name] = Baseline(name, fn, source, notes)
+        return fn
+
+    return deco
+
+
+def _sites(kind: str, *sites: str, granularity: str | None = None) -> dict[str, NormSpec]:
+    out = {}
+    for s in sites:
+        out[s] = NormSpec(kind, granularity if s in ("q", "k", "v") else None)
+    return out
+
+
+@_baseline("post_ln", "Vaswani et al. 2017; Xiong et al. 2020, arXiv 2002.04745",
+           "x = Norm(x + F(x)) for both sublayers; the last post-norm is the output norm, no final")
+def _post_ln(kind):
+    return Placement(_sites(kind, "attn_post", "ffn_post"))
+
+
+@_baseline("pre_ln", "GPT-2 (Radford et al. 2019); LLaMA (Touvron et al. 2023)",
+           "x = x + F(Norm(x)); final norm before the head")
+def _pre_ln(kind):
+    return Placement(_sites(kind, "attn_in", "ffn_in"), final=NormSpec(kind))
+
+
+@_baseline("peri_ln", "Kim et al. 2025, arXiv 2502.02732 (ICML 2025)",
+           "x = x + Norm(F(Norm(x))); as Gemma 2 and CogView's Sandwich-LN")
+def _peri_ln(kind):
+    return Placement(_sites(kind, "attn_in", "attn_out", "ffn_in", "ffn_out"), final=NormSpec(kind))
+
+
+@_baseline("olmo2", "OLMo 2 (Team OLMo 2024, arXiv 2501.00656)",
+           "reordered norm x = x + Norm(F(x)) plus QK-norm over the full projection width")
+def _olmo2(kind):
+    block = _sites(kind, "q", "k", granularity="full") | _sites(kind, "attn_out", "ffn_out")
+    return Placement(block, final=NormSpec(kind))
+
+
+@_baseline("qk_pre_ln", "Wortsman et al. 2023, arXiv 2309.14322",
+           "pre-LN plus per-head q/k norms")
+def _qk_pre_ln(kind):
+    block = _sites(kind, "attn_in", "q", "k", "ffn_in", granularity="head")
+    return Placement(block, final=NormSpec(kind))
+
+
+@_baseline("hybridnorm", "Zhuo et al. 2025, arXiv 2503.04598 (NeurIPS 2025)",
+           "Y = X + MHA(QKV-norm(X)); X' = Norm(Y) + FFN(Norm(Y))")
+def _hybridnorm(kind):
+    block = _sites(kind, "q", "k", "v", "attn_post", granularity="head")
+    return Placement(block, final=NormSpec(kind))
+
+
+@_baseline("hybridnorm_star", "Zhuo et al. 2025, arXiv 2503.04598 (HybridNorm*)",
+           "as hybridnorm, but layer 0 is pre-norm on both sublayers and keeps its q/k/v norms")
+def _hybridnorm_star(kind):
+    first = _sites(kind, "attn_in", "q", "k", "v", "ffn_in", granularity="head")
+    base = _hybridnorm(kind)
+    return Placement(base.block, final=base.final,
+                     overrides=[{"layers": {"index": [0]}, "block": first}])
+
+
+@_baseline("mix_ln", "Li et al. 2024, arXiv 2412.13795",
+           "the first floor(L/4) layers post-LN, the rest pre-LN")
+def _mix_ln(kind):
+    post = _sites(kind, "attn_post", "ffn_post")
+    return Placement(_sites(kind, "attn_in", "ffn_in"), final=NormSpec(kind),
+                     overrides=[{"layers": {"fraction": [0.0, 0.25]}, "block": post}])
+
+
+@_baseline("normformer", "Shleifer et al. 2021, arXiv 2110.09456",
+           "pre-LN plus a norm after attention and after the FFN activation (head scaling left out)")
+def _normformer(kind):
+    return Placement(_sites(kind, "attn_in", "attn_out", "ffn_in", "ffn_mid"), final=NormSpec(kind))
+
+
+@_baseline("dyt", "Zhu et al. 2025, arXiv 2503.10622",
+           "pre-LN layout with DyT, gamma * tanh(alpha x) + beta, at every site (final too)")
+def _dyt(kind):
+    return Placement(_sites("dyt", "attn_in", "ffn_in"), final=NormSpec("dyt"))
+
+
+def baselines(kind: str = "rmsnorm") -> dict[str, Placement]:
+    """Every built-in baseline with norms of ``kind`` (``dyt`` is always DyT): name -> Placement."""
+    if kind not in NORM_KINDS:
+        raise SpecError(unknown("norm kind", kind, NORM_KINDS))
+    return {name: b.placement(kind) for name, b in BASELINES.items()}
+
+
+def baseline(name: str, kind: str = "rmsnorm") -> Placement:
+    if name not in BASELINES:
+        raise SpecError(unknown("baseline", name, BASELINES))
+    if kind not in NORM_KINDS:
+        raise SpecError(unknown("norm kind", kind, NORM_KINDS))
+    return BASELINES[name].placement(kind)

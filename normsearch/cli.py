@@ -1,0 +1,119 @@
+"""The command line: thin Typer commands over plain functions.
+
+Heavy imports (torch, lightning, optuna, matplotlib) happen inside the commands that need them, so
+``normsearch --help`` is instant. Bad input prints one line, ``error: ...``, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from ._version import __version__
+from .errors import NormsearchError
+
+app = typer.Typer(
+    name="normsearch",
+    help="Search where the normalization layers of a Transformer should go.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def user_errors(fn):
+    """Run a command; a NormsearchError becomes one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NormsearchError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"normsearch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+):
+    """Search where the normalization layers of a Transformer should go."""
+
+
+def _placement(name_or_file: str, kind: str):
+    from .baselines import BASELINES, baseline
+    from .spec import Placement
+
+    path = Path(name_or_file)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise NormsearchError(f"{path}: no such spec file")
+        return Placement.load(path).with_name(Placement.load(path).name or path.stem), None
+    p = baseline(name_or_file, kind)
+    return p, BASELINES[name_or_file].source
+
+
+@app.command("baselines")
+@user_errors
+def baselines_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the canonical specs as JSON."),
+    kind: str = typer.Option("rmsnorm", help="Norm kind of the baselines (dyt stays DyT)."),
+    layers: int = typer.Option(4, help="Depth used to resolve per-layer rules and arch ids."),
+):
+    """List the built-in baselines: their sites and their source."""
+    from .baselines import BASELINES, baselines
+
+    specs = baselines(kind)
+    if as_json:
+        out = [
+            {"name": n, "source": BASELINES[n].source, "notes": BASELINES[n].notes,
+             "arch_id": p.arch_id(layers), "sites": p.resolve(layers).describe(), "placement": p.to_dict()}
+            for n, p in specs.items()
+        ]
+        typer.echo(json.dumps(out, indent=2))
+        return
+    width = max(map(len, specs))
+    for n, p in specs.items():
+        r = p.resolve(layers)
+        typer.echo(f"{n:<{width}}  {r.arch_id}  {r.describe()}")
+        typer.echo(f"{'':<{width}}  {BASELINES[n].source}: {BASELINES[n].notes}")
+
+
+@app.command()
+@user_errors
+def show(
+    spec: str = typer.Argument(..., help="A baseline name or a placement spec file (.yaml)."),
+    layers: int = typer.Option(4, "--layers", help="Depth to resolve the placement for."),
+    d_model: int = typer.Option(128, help="Width, for the parameter count."),
+    n_heads: int = typer.Option(4, help="Heads, for the q/k/v parameter count."),
+    kind: str = typer.Option("rmsnorm", help="Norm kind for a baseline."),
+):
+    """Draw one block's data flow with its norms (per layer where they differ)."""
+    from .config import ModelConfig
+    from .show import show_text
+
+    placement, source = _placement(spec, kind)
+    config = ModelConfig(n_layers=layers, d_model=d_model, n_heads=n_heads)
+    typer.echo(show_text(placement, config, source))
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

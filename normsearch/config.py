@@ -1,0 +1,181 @@
+"""Typed configuration: dataclasses read from YAML mappings with every key checked.
+
+Unknown keys are rejected with the list of known ones (and the file and line, where the mapping came
+from a file); values are checked against the field's type and choices. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from ._yaml import where
+from .errors import NormsearchError, unknown
+
+
+def _describe(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(map(str, typing.get_args(tp)))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    names = {int: "an integer", float: "a number", bool: "true/false", str: "a string"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(tp, value, path: str):
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(arg, value, path)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _Mismatch
+    if origin is Literal:
+        if value in typing.get_args(tp) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if origin in (list, tuple):
+        (arg, *_) = typing.get_args(tp)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        out = [_coerce(arg, v, path) for v in items]
+        return tuple(out) if origin is tuple else out
+    if origin in (dict, Mapping) or tp is dict:
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise _Mismatch
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise _Mismatch
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, Mapping):
+            return from_mapping(tp, value, path)
+        raise _Mismatch
+    raise TypeError(f"unsupported config type {tp!r}")
+
+
+def from_mapping(cls, data: Any, section: str):
+    """Build dataclass ``cls`` from ``data`` (a mapping), rejecting unknown keys and bad values."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise NormsearchError(f"{where(data)}{section}: expected a mapping of settings, not {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise NormsearchError(f"{where(data, key)}{section}: {unknown('key', key, fields)}")
+        path = f"{section}.{key}"
+        try:
+            kwargs[key] = _coerce(hints[key], value, path)
+        except _Mismatch:
+            raise NormsearchError(
+                f"{where(data, key)}{path} must be {_describe(hints[key])}, not {value!r}"
+            ) from None
+    try:
+        obj = cls(**kwargs)
+    except NormsearchError as e:
+        raise NormsearchError(f"{where(data)}{e}") from None
+    return obj
+
+
+def to_mapping(obj) -> dict[str, Any]:
+    """The plain-data form of a config dataclass (for YAML, JSON and study attributes)."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            v = to_mapping(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[f.name] = v
+    return out
+
+
+def _check(cond: bool, msg: str):
+    if not cond:
+        raise NormsearchError(msg)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only language model; the placement decides where its norms go."""
+
+    vocab_size: int = 256
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    ffn: Literal["gelu", "swiglu"] = "gelu"
+    ffn_hidden: int | None = None  # default: 4 d (gelu), 8/3 d rounded up to a multiple of 16 (swiglu)
+    context_length: int = 128
+    rope: bool = True  # rotary positions; false: learned absolute position embeddings
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    init: Literal["gpt", "small"] = "gpt"  # gpt: N(0, 0.02), residual projections / sqrt(2L); small: N(0, 2/(5d))
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "context_length"):
+            _check(getattr(self, name) >= 1, f"model.{name} must be >= 1, not {getattr(self, name)}")
+        _check(self.d_model % self.n_heads == 0,
+               f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        _check(not self.rope or self.head_dim % 2 == 0,
+               f"RoPE needs an even head dimension; d_model/n_heads = {self.head_dim}")
+        _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
+        _check(self.ffn_hidden is None or self.ffn_hidden >= 1, "model.ffn_hidden must be >= 1")
+        _check(self.init_std > 0, "model.init_std must be > 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        if self.ffn == "swiglu":
+            return -(-(8 * self.d_model // 3) // 16) * 16
+        return 4 * self.d_model
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ModelConfig:
+        return from_mapping(cls, d, "model")
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_mapping(self)

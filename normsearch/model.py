@@ -1,0 +1,285 @@
+"""The decoder-only language model that obeys a placement.
+
+One generic block; its forward lists every site in data-flow order, and a site without a norm is an
+identity (:class:`NoNorm`). Norm parameters live at ``blocks.{i}.norms.{site}.*`` and
+``norms.{embed,final}.*``, so loading the weights of one placement into another fails loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .kernels import get_kernel, resolve_backend
+from .norms import NORM_KINDS
+from .spec import BLOCK_SITES, QKV_SITES, NormSpec, Placement
+
+log = logging.getLogger("normsearch")
+
+
+# --------------------------------------------------------------------------------------------------
+# Norm sites
+
+
+class NoNorm(nn.Module):
+    """An empty site: the identity."""
+
+    present = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        s = x + h
+        return s, s
+
+
+class Norm(nn.Module):
+    """A norm of some kind at one site. ``group`` (q/k/v at ``head`` granularity) normalises each
+    head's slice of ``group`` features with one set of parameters shared by the heads. The maths is
+    the kind's; ``kernels`` picks the code that runs it."""
+
+    present = True
+
+    def __init__(self, spec: NormSpec, dim: int, group: int | None = None, kernels: str = "torch"):
+        super().__init__()
+        self.spec, self.opts, self.group, self.kernels = spec, spec.opts, group, kernels
+        size = group or dim
+        for name, (shape, init) in NORM_KINDS[spec.kind].parameters(self.opts).items():
+            value = torch.full((size,) if shape == "dim" else (), float(init))
+            self.register_parameter(name, nn.Parameter(value))
+        self.kernel = get_kernel(spec.kind, kernels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.group:
+            y = self.kernel.forward(x.unflatten(-1, (-1, self.group)), self._parameters, self.opts)
+            return y.flatten(-2)
+        return self.kernel.forward(x, self._parameters, self.opts)
+
+    def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        """(x + h, norm(x + h)), fused where the kernel can."""
+        return self.kernel.add(x, h, self._parameters, self.opts)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.spec.to_dict().items()) + f", kernels={self.kernels}"
+
+
+def make_norm(spec: NormSpec | None, dim: int, group: int | None = None, kernels: str = "torch") -> nn.Module:
+    return NoNorm() if spec is None else Norm(spec, dim, group, kernels)
+
+
+def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module) -> tuple[Tensor, Tensor]:
+    """The residual add and what follows it: ``x = post(x + h)`` (a post norm replaces the stream),
+    then ``nxt(x)``, the next sublayer's input norm. Whichever norm directly follows the add runs
+    fused with it."""
+    if post.present:
+        _, x = post.add(x, h)
+        return x, nxt(x)
+    return nxt.add(x, h)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sublayers
+
+
+def rope_cache(T: int, head_dim: int, theta: float, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotary angles, (T, head_dim / 2), computed in float64."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    return ang.cos().to(device, dtype), ang.sin().to(device, dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x[..., :d/2], x[..., d/2:]) by position, in at least float32; x is
+    (B, H, T, head_dim)."""
+    x1, x2 = x.to(cos.dtype).chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        C = config.d_model
+        self.n_heads, self.head_dim, self.dropout = config.n_heads, config.head_dim, config.dropout
+        self.qkv = nn.Linear(C, 3 * C, bias=False)
+        self.out = nn.Linear(C, C, bias=False)
+        self.max_logit: Tensor | None = None  # set during probe_attention()
+        self.probe = False
+
+    def forward(self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = nq(q), nk(k), nv(v)  # [q] [k] [v]: on the projections, before RoPE
+        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.probe:
+            self.max_logit = max_attention_logit(q, k)
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        return F.dropout(self.out(y.transpose(1, 2).reshape(B, T, C)), drop, self.training)
+
+
+def max_attention_logit(q: Tensor, k: Tensor) -> Tensor:
+    """The largest pre-softmax logit q.k/sqrt(d) over the causal positions (Wortsman et al.)."""
+    T = q.shape[-2]
+    logits = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    return logits.masked_fill(~mask, float("-inf")).amax().detach()
+
+
+class FFN(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        C, H = config.d_model, config.ffn_dim
+        self.swiglu, self.dropout = config.ffn == "swiglu", config.dropout
+        self.up = nn.Linear(C, H, bias=False)
+        self.gate = nn.Linear(C, H, bias=False) if self.swiglu else None
+        self.down = nn.Linear(H, C, bias=False)
+
+    def forward(self, x: Tensor, mid: nn.Module) -> Tensor:
+        h = F.silu(self.gate(x)) * self.up(x) if self.swiglu else F.gelu(self.up(x))
+        h = mid(h)  # [ffn_mid]: after the activation
+        return F.dropout(self.down(h), self.dropout, self.training)
+
+
+# --------------------------------------------------------------------------------------------------
+# The block and the model
+
+
+class Block(nn.Module):
+    def __init__(self, sites: dict[str, NormSpec], config: ModelConfig, kernels: str = "torch"):
+        super().__init__()
+        C, hd = config.d_model, config.head_dim
+
+        def site(name):
+            spec = sites.get(name)
+            if name in QKV_SITES and spec is not None and spec.granularity == "head":
+                return make_norm(spec, C, group=hd, kernels=kernels)
+            dim = config.ffn_dim if name == "ffn_mid" else C
+            return make_norm(spec, dim, kernels=kernels)
+
+        self.norms = nn.ModuleDict({name: site(name) for name in BLOCK_SITES})
+        self.attn = Attention(config)
+        self.ffn = FFN(config)
+
+    def forward(self, x: Tensor, rope=None) -> Tensor:
+        n = self.norms
+        h = n.attn_in(x)                                  # [attn_in]
+        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] inside, before RoPE
+        h = n.attn_out(h)                                 # [attn_out]
+        x, h = add_norm(x, h, n.attn_post, n.ffn_in)      # x = [attn_post](x + h); h = [ffn_in](x)
+        h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
+        h = n.ffn_out(h)                                  # [ffn_out]
+        x, _ = add_norm(x, h, n.ffn_post, NoNorm())       # x = [ffn_post](x + h)
+        return x
+
+
+class Transformer(nn.Module):
+    """``model(idx)`` -> logits (B, T, vocab); ``model(idx, return_hidden=True)`` ->
+    ``(logits, hidden)`` with the residual stream entering block 0 and leaving every block."""
+
+    def __init__(self, placement: Placement, config: ModelConfig, kernels: str = "torch"):
+        super().__init__()
+        self.config, self.placement, self.kernels = config, placement, kernels
+        self.resolved = placement.resolve(config.n_layers)
+        self.arch_id = self.resolved.arch_id
+        C = config.d_model
+        self.wte = nn.Embedding(config.vocab_size, C)
+        self.wpe = None if config.rope else nn.Embedding(config.context_length, C)
+        self.norms = nn.ModuleDict({
+            "embed": make_norm(self.resolved.embed, C, kernels=kernels),
+            "final": make_norm(self.resolved.final, C, kernels=kernels),
+        })  # fmt: skip
+        self.blocks = nn.ModuleList(
+            Block(self.resolved.block(i), config, kernels) for i in range(config.n_layers)
+        )
+        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self._rope: tuple[Tensor, Tensor] | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        cfg = self.config
+        std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * cfg.d_model))
+        resid_std = std / math.sqrt(2 * cfg.n_layers) if cfg.init == "gpt" else std
+        for name, p in self.named_parameters():
+            if ".norms." in f".{name}":
+                continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
+            if name.endswith(("attn.out.weight", "ffn.down.weight")):
+                nn.init.normal_(p, 0.0, resid_std)
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+    def rope(self, T: int, device, dtype=torch.float32) -> tuple[Tensor, Tensor] | None:
+        """The rotary tables for T positions in ``dtype`` promoted to at least float32 (cached;
+        not parameters nor buffers, so never in a checkpoint)."""
+        if not self.config.rope:
+            return None
+        dtype = torch.promote_types(dtype, torch.float32)
+        if self._rope is None or self._rope[0].device != device or self._rope[0].dtype != dtype:
+            self._rope = rope_cache(self.config.context_length, self.config.head_dim,
+                                    self.config.rope_theta, device, dtype)
+        return self._rope[0][:T], self._rope[1][:T]
+
+    def forward(self, idx: Tensor, return_hidden: bool = False):
+        B, T = idx.shape
+        if T > self.config.context_length:
+            raise ValueError(f"sequence of {T} tokens is longer than the context length {self.config.context_length}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        x = F.dropout(self.norms.embed(x), self.config.dropout, self.training)  # [embed]
+        rope = self.rope(T, idx.device, self.wte.weight.dtype)
+        hidden = [x]
+        for block in self.blocks:
+            x = block(x, rope)
+            hidden.append(x)
+        logits = self.lm_head(self.norms.final(x))  # [final]
+        return (logits, hidden) if return_hidden else logits
+
+    @contextmanager
+    def probe_attention(self):
+        """Within the block, forward passes record each layer's largest attention logit;
+        yields the list that is filled (one tensor per layer) once the forward has run."""
+        attns = [b.attn for b in self.blocks]
+        out: list[Tensor] = []
+        for a in attns:
+            a.probe, a.max_logit = True, None
+        try:
+            yield out
+            out.extend(a.max_logit for a in attns)
+        finally:
+            for a in attns:
+                a.probe, a.max_logit = False, None
+
+    def num_parameters(self, norms_only: bool = False) -> int:
+        params = {id(p): p for n, p in self.named_parameters() if not norms_only or ".norms." in f".{n}"}
+        return sum(p.numel() for p in params.values())
+
+
+def build_model(placement: Placement | str | dict, config: ModelConfig | dict | None = None,
+                kernels: str = "torch", norm_kind: str = "rmsnorm") -> Transformer:
+    """The model of ``placement`` (a Placement, a baseline name, or a spec mapping) with
+    ``config``. ``kernels`` is ``torch``, ``triton`` or ``auto``; the choice is logged and kept as
+    ``model.kernels``."""
+    if isinstance(placement, str):
+        from .baselines import baseline
+
+        placement = baseline(placement, norm_kind)
+    elif not isinstance(placement, Placement):
+        placement = Placement.from_dict(placement)
+    if config is None:
+        config = ModelConfig()
+    elif not isinstance(config, ModelConfig):
+        config = ModelConfig.from_dict(config)
+    backend = resolve_backend(kernels)
+    log.info("norm kernels: %s (requested %s)", backend, kernels)
+    return Transformer(placement, config, kernels=backend)

@@ -1,0 +1,523 @@
+"""The placement spec: where the norms of a Transformer sit and which norms they are.
+
+One object, five readers (search space, model builder, study records, report, exporter); see
+``shared/design/norm-sites.md``. Torch-free.
+
+A :class:`Placement` is depth-agnostic: a base block, the model-level ``embed`` and ``final`` norms,
+and per-layer overrides as data. :meth:`Placement.resolve` turns it into one block per layer for a
+concrete depth; the :attr:`ResolvedPlacement.arch_id` hashes that resolved canonical form, so two
+specs that build the same network share an id however they were written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._yaml import where
+from .errors import SpecError, unknown
+from .norms import NORM_KINDS
+
+BLOCK_SITES = (
+    "attn_in", "q", "k", "v", "attn_out", "attn_post",
+    "ffn_in", "ffn_mid", "ffn_out", "ffn_post",
+)  # fmt: skip
+MODEL_SITES = ("embed", "final")
+SITES = ("embed", *BLOCK_SITES, "final")
+QKV_SITES = ("q", "k", "v")
+GRANULARITIES = ("head", "full")
+
+# Short names for compact summaries (report tables, logs).
+SITE_ABBREV = {
+    "attn_in": "ai", "q": "q", "k": "k", "v": "v", "attn_out": "ao", "attn_post": "ap",
+    "ffn_in": "fi", "ffn_mid": "fm", "ffn_out": "fo", "ffn_post": "fp",
+    "embed": "emb", "final": "fin",
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# One norm
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """A norm at one site: its kind (a key of ``NORM_KINDS``), the kind's options with defaults
+    filled in, and for q/k/v sites the granularity (``head``: over head_dim, shared by the heads;
+    ``full``: over the whole projection width).
+
+    ``NormSpec("rmsnorm", eps=1e-6)``; options a kind does not have are rejected.
+    """
+
+    kind: str
+    options: tuple[tuple[str, Any], ...] = ()
+    granularity: str | None = None
+
+    def __init__(self, kind: str, granularity: str | None = None, **options: Any):
+        if kind not in NORM_KINDS:
+            raise SpecError(unknown("norm kind", kind, NORM_KINDS))
+        defaults = NORM_KINDS[kind].options
+        for key in options:
+            if key not in defaults:
+                raise SpecError(
+                    f"norm kind {kind!r} has no option {key!r}; its options: "
+                    f"{', '.join(['granularity', *defaults])}"
+                )
+        canon = []
+        for key, default in defaults.items():
+            value = options.get(key, default)
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise SpecError(f"{kind}.{key} must be true or false, not {value!r}")
+            else:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise SpecError(f"{kind}.{key} must be a number, not {value!r}")
+                value = float(value)
+                if not math.isfinite(value) or (key == "eps" and value <= 0):
+                    raise SpecError(f"{kind}.{key} must be a finite number > 0, not {value!r}")
+            canon.append((key, value))
+        if granularity is not None and granularity not in GRANULARITIES:
+            raise SpecError(unknown("granularity", granularity, GRANULARITIES))
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "options", tuple(canon))
+        object.__setattr__(self, "granularity", granularity)
+
+    @property
+    def opts(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    def at(self, site: str) -> NormSpec:
+        """This spec placed at ``site``: q/k/v get a granularity (``head`` unless set); any other
+        site must not have one."""
+        if site in QKV_SITES:
+            if self.granularity is None:
+                return NormSpec(self.kind, "head", **self.opts)
+            return self
+        if self.granularity is not None:
+            raise SpecError(
+                f"granularity is only for the q, k and v sites, not {site!r}; remove it there"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, **self.opts}
+        if self.granularity is not None:
+            d["granularity"] = self.granularity
+        return d
+
+    @classmethod
+    def parse(cls, value: Any, site: str, default: NormSpec | None = None, ctx: str = "") -> NormSpec | None:
+        """A site's value as written in YAML: ``null``/``false`` (no norm), a kind name, ``true``
+        (the placement's default ``norm``), or a mapping ``{kind: ..., eps: ..., granularity: ...}``
+        (``kind`` may be left out when there is a default)."""
+        try:
+            if value is None or value is False or value == "none":
+                return None
+            if value is True:
+                if default is None:
+                    raise SpecError(f"site {site!r} is `true` but the placement has no default `norm`")
+                return default.at(site)
+            if isinstance(value, str):
+                return cls(value).at(site)
+            if isinstance(value, NormSpec):
+                return value.at(site)
+            if isinstance(value, Mapping):
+                d = dict(value)
+                kind = d.pop("kind", None)
+                if kind is None:
+                    if default is None:
+                        raise SpecError(f"site {site!r} needs a `kind` ({', '.join(NORM_KINDS)})")
+                    kind, base = default.kind, default.opts
+                    d = {**base, **d}
+                gran = d.pop("granularity", None)
+                return cls(kind, gran, **d).at(site)
+            raise SpecError(
+                f"site {site!r}: expected a norm kind, a mapping or null, not {value!r}"
+            )
+        except SpecError as e:
+            msg = str(e)
+            if not msg.startswith(f"site {site!r}"):
+                msg = f"site {site!r}: {msg}"
+            raise SpecError(ctx + msg) from None
+
+
+Block = tuple  # tuple[tuple[str, NormSpec], ...] in data-flow order: the present sites of one block
+
+
+def _block(value: Any, default: NormSpec | None, ctx_src: Any = None, what: str = "block") -> Block:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where(ctx_src)}{what} must be a mapping of site -> norm, not {value!r}")
+    out = {}
+    for site, v in value.items():
+        if site not in BLOCK_SITES:
+            hint = " (embed and final are model-level: put them at the top of the spec)" if site in MODEL_SITES else ""
+            raise SpecError(f"{where(value, site)}{what}: {unknown('site', site, BLOCK_SITES)}{hint}")
+        spec = NormSpec.parse(v, site, default, ctx=where(value, site))
+        if spec is not None:
+            out[site] = spec
+    return tuple((s, out[s]) for s in BLOCK_SITES if s in out)
+
+
+def _block_dict(block: Block) -> dict[str, Any]:
+    return {site: spec.to_dict() for site, spec in block}
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-layer overrides
+
+
+_RULES = ("index", "first", "last", "fraction", "every")
+
+
+@dataclass(frozen=True)
+class LayerSelector:
+    """Which layers an override addresses: ``{index: [0, 5]}``, ``{first: k}``, ``{last: k}``,
+    ``{fraction: [a, b]}`` (layers i with floor(a L) <= i < floor(b L)), ``{every: n, offset: o}``.
+    Shorthands: an int or a list of ints means ``index``."""
+
+    rule: str
+    value: Any
+    offset: int = 0
+
+    @classmethod
+    def parse(cls, value: Any, ctx: str = "") -> LayerSelector:
+        if isinstance(value, LayerSelector):
+            return value
+        if isinstance(value, bool):
+            raise SpecError(f"{ctx}layers: expected an index, a list or a rule, not {value!r}")
+        if isinstance(value, int) or (isinstance(value, list) and value):
+            value = {"index": value}
+        if not isinstance(value, Mapping) or not value:
+            raise SpecError(f"{ctx}layers: expected an index, a list of indices or one of "
+                            f"{{{', '.join(_RULES)}}}, not {value!r}")
+        d = dict(value)
+        offset = d.pop("offset", 0)
+        if len(d) != 1:
+            raise SpecError(f"{ctx}layers: give exactly one rule of {', '.join(_RULES)}; got {list(value)}")
+        (rule, v), = d.items()
+        if rule not in _RULES:
+            raise SpecError(f"{ctx}layers: {unknown('rule', rule, _RULES)}")
+        if offset and rule != "every":
+            raise SpecError(f"{ctx}layers: offset only goes with every")
+
+        def _int(x, lo):
+            if isinstance(x, bool) or not isinstance(x, int) or x < lo:
+                raise SpecError(f"{ctx}layers.{rule}: expected an integer >= {lo}, not {x!r}")
+            return x
+
+        if rule == "index":
+            items = v if isinstance(v, list) else [v]
+            if not items:
+                raise SpecError(f"{ctx}layers.index: empty list")
+            for x in items:
+                if isinstance(x, bool) or not isinstance(x, int):
+                    raise SpecError(f"{ctx}layers.index: expected integers, not {x!r}")
+            v = tuple(sorted(set(items)))
+        elif rule in ("first", "last"):
+            v = _int(v, 1)
+        elif rule == "every":
+            v = _int(v, 1)
+            offset = _int(offset, 0)
+        else:  # fraction
+            ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
+            )
+            if not ok or not 0 <= v[0] <= v[1] <= 1:
+                raise SpecError(f"{ctx}layers.fraction: expected [start, end] with 0 <= start <= end <= 1, not {v!r}")
+            v = (float(v[0]), float(v[1]))
+        return cls(rule, v, offset)
+
+    def layers(self, n_layers: int) -> list[int]:
+        L = n_layers
+        if self.rule == "index":
+            for i in self.value:
+                if not -L <= i < L:
+                    raise SpecError(f"override addresses layer {i}, but the model has {L} layers (0..{L - 1})")
+            return sorted({i % L for i in self.value})
+        if self.rule in ("first", "last"):
+            k = self.value
+            if k > L:
+                raise SpecError(f"override addresses the {self.rule} {k} layers, but the model has {L}")
+            return list(range(k)) if self.rule == "first" else list(range(L - k, L))
+        if self.rule == "every":
+            if self.offset >= L:
+                raise SpecError(f"override starts at layer {self.offset}, but the model has {L} layers")
+            return list(range(self.offset, L, self.value))
+        a, b = self.value
+        return list(range(math.floor(a * L + 1e-9), math.floor(b * L + 1e-9)))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.rule == "index":
+            return {"index": list(self.value)}
+        if self.rule == "fraction":
+            return {"fraction": list(self.value)}
+        if self.rule == "every" and self.offset:
+            return {"every": self.value, "offset": self.offset}
+        return {self.rule: self.value}
+
+    def describe(self) -> str:
+        if self.rule == "index":
+            return "layer" + ("s " if len(self.value) > 1 else " ") + ",".join(map(str, self.value))
+        if self.rule == "fraction":
+            return f"layers in [{self.value[0]:g}L, {self.value[1]:g}L)"
+        if self.rule == "every":
+            return f"every {self.value}th layer from {self.offset}"
+        return f"{self.rule} {self.value} layers"
+
+
+@dataclass(frozen=True)
+class Override:
+    """Change the block for some layers: ``set`` edits sites (``null`` removes one), ``block``
+    replaces the whole block. Overrides apply in order; a later one wins."""
+
+    layers: LayerSelector
+    sites: Block  # sites to set (replace=True: the whole new block)
+    removed: tuple[str, ...] = ()  # sites set to null (edit mode only)
+    replace: bool = False
+
+    @classmethod
+    def parse(cls, value: Any, default: NormSpec | None, ctx: str = "") -> Override:
+        if isinstance(value, Override):
+            return value
+        if not isinstance(value, Mapping):
+            raise SpecError(f"{ctx}an override must be a mapping with `layers` and `set` or `block`")
+        ctx = where(value) or ctx
+        extra = set(value) - {"layers", "set", "block"}
+        if extra:
+            raise SpecError(f"{ctx}override: {unknown('key', sorted(extra)[0], ['layers', 'set', 'block'])}")
+        if "layers" not in value:
+            raise SpecError(f"{ctx}override needs `layers` (an index, a list, or first/last/fraction/every)")
+        if ("set" in value) == ("block" in value):
+            raise SpecError(f"{ctx}override needs exactly one of `set` (edit sites) or `block` (replace the block)")
+        layers = LayerSelector.parse(value["layers"], ctx)
+        if "block" in value:
+            return cls(layers, _block(value["block"], default, value, "override block"), (), True)
+        edits = value["set"]
+        if not isinstance(edits, Mapping) or not edits:
+            raise SpecError(f"{ctx}override set: expected a mapping of site -> norm or null")
+        removed = tuple(s for s in BLOCK_SITES if s in edits and NormSpec.parse(edits[s], s, default) is None)
+        sites = _block({s: v for s, v in edits.items() if s not in removed}, default, edits, "override set")
+        return cls(layers, sites, removed, False)
+
+    def apply(self, block: dict[str, NormSpec]) -> dict[str, NormSpec]:
+        if self.replace:
+            return dict(self.sites)
+        out = {s: v for s, v in block.items() if s not in self.removed}
+        out.update(self.sites)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.replace:
+            return {"layers": self.layers.to_dict(), "block": _block_dict(self.sites)}
+        edits: dict[str, Any] = {s: None for s in self.removed}
+        edits.update(_block_dict(self.sites))
+        return {"layers": self.layers.to_dict(), "set": {s: edits[s] for s in BLOCK_SITES if s in edits}}
+
+
+# --------------------------------------------------------------------------------------------------
+# The placement
+
+
+_TOP_KEYS = ("name", "norm", "embed", "block", "final", "overrides")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the norms go, independent of depth.
+
+    >>> Placement(block={"attn_in": "rmsnorm", "ffn_in": "rmsnorm"}, final="rmsnorm")  # pre-LN
+
+    ``name`` is a label (a baseline's name); it is not part of the architecture.
+    """
+
+    block: Block = ()
+    embed: NormSpec | None = None
+    final: NormSpec | None = None
+    overrides: tuple[Override, ...] = ()
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)
+        set_("block", _block(dict(self.block or ()), None))
+        set_("embed", NormSpec.parse(self.embed, "embed"))
+        set_("final", NormSpec.parse(self.final, "final"))
+        set_("overrides", tuple(Override.parse(o, None) for o in self.overrides))
+
+    # -- canonical form ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.name is not None:
+            d["name"] = self.name
+        d["embed"] = self.embed.to_dict() if self.embed else None
+        d["block"] = _block_dict(self.block)
+        d["final"] = self.final.to_dict() if self.final else None
+        if self.overrides:
+            d["overrides"] = [o.to_dict() for o in self.overrides]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, name: str | None = None) -> Placement:
+        """Read a spec as written in YAML. Besides the canonical form this accepts shorthands: a
+        site given as a kind name, ``true`` for the spec's default ``norm``, and layer selectors
+        given as an index or a list."""
+        if isinstance(d, Placement):
+            return d
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a placement must be a mapping with keys {', '.join(_TOP_KEYS)}; got {type(d).__name__}")
+        for key in d:
+            if key not in _TOP_KEYS:
+                hint = " (block sites go under `block:`)" if key in BLOCK_SITES else ""
+                raise SpecError(f"{where(d, key)}placement: {unknown('key', key, _TOP_KEYS)}{hint}")
+        default = None
+        if d.get("norm") is not None:
+            default = NormSpec.parse(d["norm"], "norm", ctx=where(d, "norm"))
+        overrides = d.get("overrides") or []
+        if not isinstance(overrides, list):
+            raise SpecError(f"{where(d, 'overrides')}overrides must be a list")
+        label = d.get("name", name)
+        return cls(
+            block=_block(d.get("block"), default, d, "block"),
+            embed=NormSpec.parse(d.get("embed"), "embed", default, ctx=where(d, "embed")),
+            final=NormSpec.parse(d.get("final"), "final", default, ctx=where(d, "final")),
+            overrides=tuple(Override.parse(o, default, where(d, "overrides")) for o in overrides),
+            name=None if label is None else str(label),
+        )
+
+    def to_yaml(self) -> str:
+        from ._yaml import dumps, flow_leaves
+
+        return dumps(flow_leaves(self.to_dict()))
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "<string>") -> Placement:
+        from ._yaml import loads
+
+        return cls.from_dict(loads(text, source))
+
+    @classmethod
+    def load(cls, path) -> Placement:
+        """A spec file (``.yaml``). A file that holds a whole exported ``spec.yaml`` (with
+        ``placement:`` inside) works too."""
+        from ._yaml import load
+
+        data = load(path)
+        if isinstance(data, Mapping) and "placement" in data:
+            data = data["placement"]
+        return cls.from_dict(data)
+
+    def with_name(self, name: str | None) -> Placement:
+        return Placement(self.block, self.embed, self.final, self.overrides, name)
+
+    # -- resolution ----------------------------------------------------------------------------------
+
+    def resolve(self, n_layers: int) -> ResolvedPlacement:
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+            raise SpecError(f"a model needs at least one layer, not {n_layers!r}")
+        blocks = [dict(self.block) for _ in range(n_layers)]
+        for ov in self.overrides:
+            for i in ov.layers.layers(n_layers):
+                blocks[i] = ov.apply(blocks[i])
+        return ResolvedPlacement(
+            embed=self.embed,
+            blocks=tuple(tuple((s, b[s]) for s in BLOCK_SITES if s in b) for b in blocks),
+            final=self.final,
+        )
+
+    def arch_id(self, n_layers: int) -> str:
+        return self.resolve(n_layers).arch_id
+
+    def kinds(self) -> set[str]:
+        specs = [s for _, s in self.block] + [s for o in self.overrides for _, s in o.sites]
+        specs += [s for s in (self.embed, self.final) if s is not None]
+        return {s.kind for s in specs}
+
+
+@dataclass(frozen=True)
+class ResolvedPlacement:
+    """A placement at a concrete depth: exactly which norm sits at which site of which layer."""
+
+    embed: NormSpec | None
+    blocks: tuple[Block, ...]
+    final: NormSpec | None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.blocks)
+
+    def block(self, i: int) -> dict[str, NormSpec]:
+        return dict(self.blocks[i])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "embed": self.embed.to_dict() if self.embed else None,
+            "blocks": [_block_dict(b) for b in self.blocks],
+            "final": self.final.to_dict() if self.final else None,
+        }
+
+    @property
+    def arch_id(self) -> str:
+        """12 hex digits of the SHA-256 of the canonical resolved form (kernel backend excluded)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def groups(self) -> list[tuple[list[int], Block]]:
+        """Runs of consecutive layers with the same block: [(layer indices, block), ...]."""
+        out: list[tuple[list[int], Block]] = []
+        for i, b in enumerate(self.blocks):
+            if out and out[-1][1] == b:
+                out[-1][0].append(i)
+            else:
+                out.append(([i], b))
+        return out
+
+    def present_sites(self) -> set[str]:
+        sites = {s for b in self.blocks for s, _ in b}
+        sites |= {s for s, n in (("embed", self.embed), ("final", self.final)) if n is not None}
+        return sites
+
+    def describe(self) -> str:
+        """Compact one-line summary, e.g. ``ai ao fi fo | fin  [rmsnorm]`` or, with per-layer
+        blocks, ``L0: ai q k v fi; L1-3: q k v ap | fin  [rmsnorm]``."""
+        specs = [s for b in self.blocks for _, s in b] + [n for n in (self.embed, self.final) if n]
+        kinds = sorted({s.kind for s in specs})
+        common = kinds[0] if len(kinds) == 1 else None
+
+        def site(name, spec):
+            tag = SITE_ABBREV[name]
+            if spec.granularity == "full":
+                tag += "F"
+            if common is None:
+                tag += ":" + spec.kind
+            return tag
+
+        def block(b):
+            return " ".join(site(n, s) for n, s in b) or "-"
+
+        groups = self.groups()
+        if len(groups) == 1:
+            body = block(groups[0][1])
+        else:
+            body = "; ".join(f"L{_span(ix)}: {block(b)}" for ix, b in groups)
+        model = [site(n, s) for n, s in (("embed", self.embed), ("final", self.final)) if s]
+        text = body + (" | " + " ".join(model) if model else "")
+        return text + (f"  [{common}]" if common else "")
+
+
+def _span(ix: list[int]) -> str:
+    return str(ix[0]) if len(ix) == 1 else f"{ix[0]}-{ix[-1]}"
+
+
+def parse_sites(names: Iterable[str]) -> list[str]:
+    """Validate a list of site names (for command-line options)."""
+    out = []
+    for n in names:
+        if n not in SITES:
+            raise SpecError(unknown("site", n, SITES))
+        out.append(n)
+    return out

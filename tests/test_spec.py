@@ -1,0 +1,188 @@
+"""The placement spec: canonical form, round trips, arch_id stability, validation."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normsearch.baselines import baselines
+from normsearch.errors import SpecError
+from normsearch.norms import NORM_KINDS
+from normsearch.spec import BLOCK_SITES, QKV_SITES, NormSpec, Placement
+
+
+def test_every_baseline_round_trips_through_dict_and_yaml():
+    for name, p in baselines().items():
+        d = p.to_dict()
+        assert Placement.from_dict(d) == p
+        assert Placement.from_dict(d).to_dict() == d
+        text = p.to_yaml()
+        assert Placement.from_yaml(text) == p
+        assert Placement.from_yaml(text).to_yaml() == text
+        assert Placement.from_yaml(text).name == name
+
+
+def test_arch_ids_are_pinned():
+    """The hash of the canonical resolved form must not change between versions: studies store it."""
+    b = baselines("rmsnorm")
+    assert b["pre_ln"].arch_id(4) == "5802d031ed5b"
+    assert b["peri_ln"].arch_id(4) == "f6a6ecf2af41"
+    assert b["hybridnorm_star"].arch_id(12) == b["hybridnorm_star"].arch_id(12)
+
+
+def test_baseline_arch_ids_are_distinct_and_depend_on_kind_and_depth():
+    ids = {n: p.arch_id(4) for n, p in baselines().items()}
+    assert len(set(ids.values())) == len(ids)
+    assert baselines("layernorm")["pre_ln"].arch_id(4) != ids["pre_ln"]
+    assert baselines()["pre_ln"].arch_id(6) != ids["pre_ln"]
+
+
+def test_same_network_same_arch_id_however_written():
+    explicit = Placement.from_dict({
+        "block": {"attn_in": {"kind": "rmsnorm", "eps": 1e-5, "gain": True},
+                  "ffn_in": {"kind": "rmsnorm"}},
+        "final": "rmsnorm",
+    })
+    shorthand = Placement.from_yaml("norm: rmsnorm\nblock: {attn_in: true, ffn_in: true, v: null}\nfinal: true\n")
+    assert explicit.arch_id(4) == shorthand.arch_id(4) == baselines()["pre_ln"].arch_id(4)
+    # a name is a label, not architecture
+    assert explicit.with_name("mine").arch_id(4) == explicit.arch_id(4)
+    # an override that names the layers differently but resolves the same
+    a = Placement.from_yaml("block: {attn_in: rmsnorm}\noverrides: [{layers: {first: 2}, set: {q: rmsnorm}}]")
+    b = Placement.from_yaml("block: {attn_in: rmsnorm}\noverrides: [{layers: [1, 0], set: {q: {kind: rmsnorm, granularity: head}}}]")
+    c = Placement.from_yaml("block: {attn_in: rmsnorm}\noverrides: [{layers: {fraction: [0, 0.5]}, set: {q: rmsnorm}}]")
+    assert a != b  # different specs...
+    assert a.arch_id(4) == b.arch_id(4) == c.arch_id(4)  # ...same network
+    # an override that sets what the base already has changes nothing
+    d = Placement.from_yaml("block: {attn_in: rmsnorm}\noverrides: [{layers: {last: 1}, set: {attn_in: rmsnorm}}]")
+    assert d.arch_id(4) == Placement.from_yaml("block: {attn_in: rmsnorm}").arch_id(4)
+
+
+def test_options_change_the_arch_id():
+    base = Placement(block={"attn_in": "rmsnorm"})
+    assert Placement(block={"attn_in": NormSpec("rmsnorm", eps=1e-6)}).arch_id(2) != base.arch_id(2)
+    assert Placement(block={"attn_in": NormSpec("rmsnorm", gain=False)}).arch_id(2) != base.arch_id(2)
+    full = Placement(block={"q": NormSpec("rmsnorm", "full")})
+    head = Placement(block={"q": NormSpec("rmsnorm", "head")})
+    assert full.arch_id(2) != head.arch_id(2)
+
+
+def test_resolution_of_overrides():
+    p = Placement.from_yaml("""
+block: {attn_in: rmsnorm, ffn_in: rmsnorm}
+overrides:
+  - {layers: {every: 2, offset: 1}, set: {ffn_in: null, ffn_out: layernorm}}
+  - {layers: -1, block: {attn_post: rmsnorm}}
+""")
+    r = p.resolve(5)
+    assert [set(dict(b)) for b in r.blocks] == [
+        {"attn_in", "ffn_in"}, {"attn_in", "ffn_out"}, {"attn_in", "ffn_in"},
+        {"attn_in", "ffn_out"}, {"attn_post"},
+    ]
+    assert r.block(1)["ffn_out"].kind == "layernorm"
+    assert [ix for ix, _ in r.groups()] == [[0], [1], [2], [3], [4]]
+    mix = baselines()["mix_ln"]
+    assert [set(dict(b)) for b in mix.resolve(8).blocks[:3]] == [{"attn_post", "ffn_post"}] * 2 + [{"attn_in", "ffn_in"}]
+    assert all(set(dict(b)) == {"attn_in", "ffn_in"} for b in mix.resolve(3).blocks)  # floor(3/4) = 0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("block: {atn_in: rmsnorm}", "unknown site 'atn_in' (did you mean 'attn_in'?)"),
+    ("block: {attn_in: batchnorm}", "unknown norm kind 'batchnorm'; known: layernorm, rmsnorm, dyt"),
+    ("block: {attn_in: {kind: rmsnorm, granularity: head}}", "granularity is only for the q, k and v sites"),
+    ("block: {q: {kind: rmsnorm, granularity: heads}}", "unknown granularity 'heads'"),
+    ("block: {attn_in: {kind: rmsnorm, bias: true}}", "norm kind 'rmsnorm' has no option 'bias'"),
+    ("block: {attn_in: {kind: rmsnorm, eps: -1}}", "eps must be a finite number > 0"),
+    ("block: {attn_in: {kind: layernorm, gain: 1}}", "gain must be true or false"),
+    ("block: {embed: rmsnorm}", "embed and final are model-level"),
+    ("attn_in: rmsnorm", "block sites go under `block:`"),
+    ("block: {attn_in: rmsnorm}\nfinal: 3", "expected a norm kind, a mapping or null"),
+    ("overrides: [{layers: {first: 1}}]", "exactly one of `set`"),
+    ("overrides: [{layers: {fraction: [0.5, 0.2]}, set: {q: rmsnorm}}]", "0 <= start <= end <= 1"),
+    ("overrides: [{layers: {mid: 1}, set: {q: rmsnorm}}]", "unknown rule 'mid'"),
+    ("overrides: [{layers: 1, set: {q: rmsnorm}, when: x}]", "unknown key 'when'"),
+    ("block: {attn_in: true}", "has no default `norm`"),
+])
+def test_bad_specs_say_what_is_wrong(text, message):
+    with pytest.raises(SpecError) as e:
+        Placement.from_yaml(text)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_errors_name_the_file_and_line(tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text("block:\n  attn_in: rmsnorm\n  ffn_inn: rmsnorm\n")
+    with pytest.raises(SpecError, match=r"spec.yaml:3: .*unknown site 'ffn_inn'"):
+        Placement.load(f)
+
+
+def test_override_addressing_a_missing_layer():
+    p = Placement.from_yaml("block: {attn_in: rmsnorm}\noverrides: [{layers: 7, set: {q: rmsnorm}}]")
+    p.resolve(8)
+    with pytest.raises(SpecError, match="addresses layer 7, but the model has 4 layers"):
+        p.resolve(4)
+    with pytest.raises(SpecError, match="first 5 layers, but the model has 4"):
+        Placement.from_yaml("overrides: [{layers: {first: 5}, set: {q: rmsnorm}}]").resolve(4)
+
+
+# -- property-based: any spec round-trips and hashes stably -------------------------------------
+
+
+def norm_specs(site):
+    def build(kind, data):
+        opts = {}
+        for key, default in NORM_KINDS[kind].options.items():
+            if isinstance(default, bool):
+                opts[key] = data.draw(st.booleans())
+            else:
+                opts[key] = data.draw(st.sampled_from([1e-6, 1e-5, 0.25, 0.5, 1.0]))
+        gran = data.draw(st.sampled_from(["head", "full", None])) if site in QKV_SITES else None
+        return NormSpec(kind, gran, **opts)
+
+    return st.builds(build, st.sampled_from(sorted(NORM_KINDS)), st.data())
+
+
+block_st = st.dictionaries(st.sampled_from(BLOCK_SITES), st.none(), max_size=len(BLOCK_SITES)).flatmap(
+    lambda d: st.fixed_dictionaries({s: st.one_of(st.none(), norm_specs(s)) for s in d})
+)
+selector_st = st.one_of(
+    st.builds(lambda ix: {"index": ix}, st.lists(st.integers(0, 3), min_size=1, max_size=3)),
+    st.builds(lambda k: {"first": k}, st.integers(1, 4)),
+    st.builds(lambda k: {"last": k}, st.integers(1, 4)),
+    st.builds(lambda a, b: {"fraction": [min(a, b), max(a, b)]}, st.sampled_from([0, 0.25, 0.5, 1]), st.sampled_from([0, 0.5, 0.75, 1])),
+    st.builds(lambda n, o: {"every": n, "offset": o}, st.integers(1, 3), st.integers(0, 3)),
+)
+override_st = st.one_of(
+    st.builds(lambda sel, b: {"layers": sel, "block": {k: v for k, v in b.items() if v is not None}}, selector_st, block_st),
+    st.builds(lambda sel, b: {"layers": sel, "set": b}, selector_st,
+              block_st.filter(lambda b: len(b) > 0)),
+)
+
+
+def _to_yaml_value(spec):
+    return None if spec is None else spec.to_dict()
+
+
+@settings(max_examples=150, deadline=None)
+@given(block=block_st, embed=st.one_of(st.none(), norm_specs("embed")),
+       final=st.one_of(st.none(), norm_specs("final")), overrides=st.lists(override_st, max_size=3))
+def test_any_spec_round_trips_and_hashes_stably(block, embed, final, overrides):
+    raw = {
+        "block": {k: _to_yaml_value(v) for k, v in block.items()},
+        "embed": _to_yaml_value(embed), "final": _to_yaml_value(final),
+        "overrides": [
+            {"layers": o["layers"], **({"block": {k: _to_yaml_value(v) for k, v in o["block"].items()}} if "block" in o
+                                       else {"set": {k: _to_yaml_value(v) for k, v in o["set"].items()}})}
+            for o in overrides
+        ],
+    }
+    p = Placement.from_dict(raw)
+    q = Placement.from_yaml(p.to_yaml())
+    assert q == p and q.to_dict() == p.to_dict() and q.to_yaml() == p.to_yaml()
+    ids = {p.arch_id(4), q.arch_id(4), Placement.from_dict(p.to_dict()).arch_id(4)}
+    assert len(ids) == 1
+    # resolving removes the overrides but keeps the network: a placement written per layer is the same
+    r = p.resolve(4)
+    per_layer = Placement(overrides=[{"layers": [i], "block": {s: n for s, n in b}} for i, b in enumerate(r.blocks) if b],
+                          embed=r.embed, final=r.final)
+    assert per_layer.arch_id(4) == r.arch_id
