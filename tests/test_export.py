@@ -1,0 +1,474 @@
+"""Exported architectures: a standalone model.py that is normsearch's model to the last bit.
+
+The central check runs every exported folder in ONE fresh Python process where ``normsearch`` and
+``safetensors`` cannot be imported, and compares its logits with normsearch's own model holding the
+same weights (float32 and float64), its parameter names, and its seeded initialisation.
+"""
+
+import ast
+import copy
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from normsearch.baselines import baselines
+from normsearch.checkpoint import save_weights
+from normsearch.config import ModelConfig
+from normsearch.errors import NormsearchError
+from normsearch.export import EXPORT_FILES, export_architecture, load_exported, model_source
+from normsearch.model import build_model
+from normsearch.norms import NORM_KINDS, NormKind, register_norm
+from normsearch.spec import BLOCK_SITES, Placement
+
+CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: torch's threads only add overhead, and stall badly on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def cfg(**kw):
+    return ModelConfig(**{**CFG.to_dict(), **kw})
+
+
+def _cases():
+    cases = {}
+    for kind in ("rmsnorm", "layernorm"):
+        for name, p in baselines(kind).items():
+            if kind == "rmsnorm" or name != "dyt":
+                cases[f"{name}-{kind}"] = (p, CFG)
+    # per-layer overrides by rule (every/offset, last) editing sites; mixed kinds; head and full q/k
+    cases["custom-every-set"] = (Placement.from_dict({
+        "name": "custom",
+        "norm": "rmsnorm",
+        "block": {"attn_in": True, "ffn_in": True},
+        "final": True,
+        "overrides": [
+            {"layers": {"every": 2, "offset": 1},
+             "set": {"attn_in": None, "attn_out": {"kind": "layernorm", "bias": False},
+                     "q": {"granularity": "full"}, "k": True}},
+            {"layers": {"last": 1}, "set": {"ffn_mid": {"kind": "dyt", "alpha_init": 0.8}, "ffn_post": "layernorm"}},
+        ],
+    }), CFG)
+    # DyT with options, q/k/v over the full width, embed norm
+    cases["dyt-options-full-qkv"] = (Placement.from_dict({
+        "embed": {"kind": "dyt", "alpha_init": 1.5},
+        "block": {"attn_in": {"kind": "dyt", "alpha_init": 0.9},
+                  "q": {"kind": "dyt", "granularity": "full", "gain": False},
+                  "k": {"kind": "dyt", "granularity": "full", "bias": False},
+                  "v": {"kind": "dyt", "granularity": "full"},
+                  "ffn_in": "dyt"},
+        "final": {"kind": "dyt", "alpha_init": 0.3},
+    }), CFG)
+    # gain/bias switched off (everywhere for rmsnorm; at some sites for layernorm), eps set
+    cases["no-gain-mixed-bias"] = (Placement.from_dict({
+        "block": {"attn_in": {"kind": "rmsnorm", "gain": False, "eps": 1e-6},
+                  "attn_out": {"kind": "layernorm", "bias": False},
+                  "ffn_in": {"kind": "layernorm", "gain": False, "bias": False, "eps": 1e-3},
+                  "ffn_out": "layernorm"},
+        "final": {"kind": "rmsnorm", "gain": False},
+    }), CFG)
+    # every site, and the config's other branches: swiglu, learned positions, untied head, no RoPE
+    every = {s: ("rmsnorm" if s not in "qkv" else {"kind": "rmsnorm", "granularity": "head"}) for s in BLOCK_SITES}
+    cases["all-sites-swiglu-wpe-untied"] = (
+        Placement.from_dict({"embed": "layernorm", "block": every, "final": "layernorm"}),
+        cfg(ffn="swiglu", rope=False, tie_embeddings=False),
+    )
+    cases["peri-swiglu-rope"] = (baselines()["peri_ln"], cfg(ffn="swiglu", ffn_hidden=40))
+    cases["olmo2-untied-dropout"] = (baselines()["olmo2"], cfg(tie_embeddings=False, dropout=0.1))
+    cases["hybridnorm-wpe-small-init"] = (baselines()["hybridnorm"], cfg(rope=False, init="small"))
+    cases["no-norms-at-all"] = (Placement(), cfg(n_layers=2))
+    return cases
+
+
+CASES = _cases()
+
+SCRIPT = r"""
+import importlib.util, json, sys
+sys.modules["normsearch"] = None    # `import normsearch` raises ImportError
+sys.modules["safetensors"] = None   # and so does safetensors: model.py reads the file itself
+try:
+    import normsearch  # noqa: F401
+    raise SystemExit("normsearch was importable")
+except ImportError:
+    pass
+import torch
+
+torch.set_num_threads(1)
+jobs = json.loads(sys.argv[1])
+out = {}
+for i, (name, folder) in enumerate(jobs):
+    spec = importlib.util.spec_from_file_location(f"exported_{i}", f"{folder}/model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.from_pretrained(folder)
+    idx = torch.load(f"{folder}/../{name}.idx.pt")
+    with torch.no_grad():
+        f32 = model(idx)
+        f64 = model.double()(idx)
+    torch.manual_seed(0)
+    fresh = mod.Transformer()
+    out[name] = {
+        "training": model.training,
+        "f32": f32, "f64": f64,
+        "names": sorted(model.state_dict()),
+        "init": {k: v.clone() for k, v in fresh.state_dict().items()},
+    }
+    try:
+        model(torch.zeros(1, idx.shape[1] + 1, dtype=torch.long))
+        out[name]["too_long"] = "no error"
+    except ValueError as e:
+        out[name]["too_long"] = str(e)
+leaked = sorted(m for m in sys.modules if m.split(".")[0] in ("normsearch", "safetensors") and sys.modules[m])
+out["__leaked__"] = leaked
+torch.save(out, sys.argv[2])
+"""
+
+
+def perturbed(placement, config, seed=0):
+    """A model whose norm parameters are not at their initial values (so each one matters)."""
+    torch.manual_seed(seed)
+    model = build_model(placement, config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".norms." in f".{name}":
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, one_thread):
+    root = tmp_path_factory.mktemp("exports")
+    refs = {}
+    for name, (placement, config) in CASES.items():
+        model = perturbed(placement, config)
+        export_architecture(placement, config, root / name, state_dict=model)
+        idx = torch.randint(0, config.vocab_size, (3, config.context_length), generator=torch.Generator().manual_seed(1))
+        torch.save(idx, root / f"{name}.idx.pt")
+        with torch.no_grad():
+            f32 = model(idx)
+            f64 = copy.deepcopy(model).double()(idx)
+        torch.manual_seed(0)
+        init = build_model(placement, config).state_dict()
+        refs[name] = {"f32": f32, "f64": f64, "names": sorted(model.state_dict()), "init": init, "model": model,
+                      "idx": idx}
+    jobs = json.dumps([[name, str(root / name)] for name in CASES])
+    res = subprocess.run([sys.executable, "-c", SCRIPT, jobs, str(root / "out.pt")], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root, refs, torch.load(root / "out.pt")
+
+
+def test_export_writes_the_four_files(exported):
+    root, _, _ = exported
+    for name in CASES:
+        assert sorted(p.name for p in (root / name).iterdir()) == sorted(EXPORT_FILES)
+
+
+def test_the_fresh_process_could_not_import_normsearch(exported):
+    _, _, got = exported
+    assert got["__leaked__"] == []
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_standalone_module_gives_normsearchs_logits(exported, name):
+    _, refs, got = exported
+    ref, out = refs[name], got[name]
+    assert out["names"] == ref["names"]  # parameter names match normsearch's exactly (strict load passed)
+    assert out["training"] is False
+    torch.testing.assert_close(out["f32"], ref["f32"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out["f64"], ref["f64"], rtol=0, atol=1e-12)
+    assert "context length" in out["too_long"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_standalone_module_initialises_like_normsearch(exported, name):
+    """Same seed, same weights: the module registers and initialises in normsearch's order."""
+    _, refs, got = exported
+    ref, out = refs[name]["init"], got[name]["init"]
+    assert set(out) == set(ref)
+    for k in ref:
+        torch.testing.assert_close(out[k], ref[k], rtol=0, atol=0, msg=k)
+
+
+def test_load_exported_gives_the_same_model(exported):
+    root, refs, _ = exported
+    for name, (placement, config) in CASES.items():
+        model = load_exported(root / name)
+        assert model.arch_id == placement.resolve(config.n_layers).arch_id
+        assert not model.training
+        with torch.no_grad():
+            torch.testing.assert_close(model(refs[name]["idx"]), refs[name]["f32"], rtol=0, atol=0, msg=name)
+        if config.tie_embeddings:
+            assert model.lm_head.weight is model.wte.weight
+
+
+def test_exported_model_py_passes_ruff(exported):
+    root, _, _ = exported
+    files = [str(root / name / "model.py") for name in CASES]
+    res = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F,E,W", "--no-cache",
+                          *files], cwd=root, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+
+
+def module_level_names_unused(source: str) -> set[str]:
+    tree = ast.parse(source)
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return defined - used - {"from_pretrained", "load"}
+
+
+def test_exported_model_py_has_no_unused_code_and_needs_torch_only(exported):
+    root, _, _ = exported
+    for name in CASES:
+        source = (root / name / "model.py").read_text()
+        assert module_level_names_unused(source) == set(), name
+        imported = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module.split(".")[0])
+        assert imported <= {"__future__", "json", "math", "pathlib", "torch"}, (name, imported)
+        assert "strict=True" in source
+
+
+@pytest.mark.parametrize("name", ["pre_ln-rmsnorm", "hybridnorm_star-rmsnorm", "custom-every-set", "no-norms-at-all"])
+def test_absent_sites_do_not_appear(exported, name):
+    root, _, _ = exported
+    placement, config = CASES[name]
+    source = (root / name / "model.py").read_text()
+    resolved = placement.resolve(config.n_layers)
+    used = set(re.findall(r'self\.norms\["(\w+)"\]', source))
+    assert used == resolved.present_sites()
+    declared = set(re.findall(r'^\s+"(\w+)": \w+\(', source, re.M))
+    assert declared == resolved.present_sites()
+    for kind, cls in (("rmsnorm", "RMSNorm"), ("layernorm", "LayerNorm"), ("dyt", "DyT")):
+        kinds = {s.kind for b in resolved.blocks for _, s in b} | {s.kind for s in (resolved.embed, resolved.final) if s}
+        assert (f"class {cls}(" in source) == (kind in kinds), (name, cls)
+
+
+def test_one_block_class_per_distinct_layout(exported):
+    root, _, _ = exported
+    classes = lambda n: re.findall(r"^class (Block\d*)\(", (root / n / "model.py").read_text(), re.M)
+    assert classes("pre_ln-rmsnorm") == ["Block"]
+    assert classes("hybridnorm_star-rmsnorm") == ["Block0", "Block1"]
+    assert classes("mix_ln-layernorm") == ["Block0", "Block1"]
+    # every 2nd layer from 1, and the last layer too: layouts A B A C
+    assert classes("custom-every-set") == ["Block0", "Block1", "Block2"]
+    src = (root / "custom-every-set" / "model.py").read_text()
+    assert re.search(r"Block0\(\),.*\n\s+Block1\(\),.*\n\s+Block0\(\),.*\n\s+Block2\(\),", src)
+
+
+def test_head_and_full_granularity_are_written_out():
+    src = model_source(baselines()["olmo2"], CFG)
+    assert 'q = self.norms["q"](q)' in src and '"q": RMSNorm(D_MODEL' in src
+    src = model_source(baselines()["qk_pre_ln"], CFG)
+    assert 'q = self.norms["q"](q.unflatten(-1, (N_HEADS, HEAD_DIM))).flatten(-2)' in src
+    assert '"q": RMSNorm(HEAD_DIM' in src
+
+
+def test_config_constants_are_the_configs():
+    src = model_source("pre_ln", cfg(ffn="swiglu", rope=False, tie_embeddings=False))
+    assert "ROPE_THETA" not in src and "rope_tables" not in src and "self.wpe" in src
+    assert "self.ffn.gate" in src and "lm_head.weight = self.wte.weight" not in src
+    assert re.search(r"^FFN_DIM = 64\b", src, re.M)  # 8/3 * 24 rounded up to a multiple of 16
+    assert "DROPOUT" not in src
+    src = model_source("pre_ln", CFG)
+    assert "self.wpe" not in src and "self.lm_head.weight = self.wte.weight" in src and "gate" not in src
+
+
+def test_spec_yaml_is_the_canonical_spec(exported):
+    root, _, _ = exported
+    from normsearch._yaml import load
+
+    for name in ("hybridnorm_star-rmsnorm", "custom-every-set", "all-sites-swiglu-wpe-untied"):
+        placement, config = CASES[name]
+        data = load(root / name / "spec.yaml")
+        assert data["arch_id"] == placement.resolve(config.n_layers).arch_id
+        assert Placement.from_dict(data["placement"]) == placement
+        assert ModelConfig.from_dict(data["model"]) == config
+        assert Placement.load(root / name / "spec.yaml") == placement  # a spec file as normsearch reads it
+
+
+def test_readme_says_what_it_is_and_how_to_load_it(exported):
+    root, _, _ = exported
+    text = (root / "hybridnorm_star-rmsnorm" / "README.md").read_text()
+    r = baselines()["hybridnorm_star"].resolve(CFG.n_layers)
+    assert r.arch_id in text and r.describe() in text and "hybridnorm_star" in text
+    assert "from model import from_pretrained" in text and "load_exported" in text
+    assert "untrained" not in text and "## Score" not in text  # trained weights given, no summary
+
+
+def test_untrained_export_and_summary(tmp_path):
+    summary = {
+        "metric": "val_loss", "score_mean": 3.2104, "ci_low": 3.18, "ci_high": 3.24,
+        "comparisons": [{"against": "pre_ln", "diff": -0.0312, "ci_low": -0.05, "ci_high": -0.01, "p_value": 0.004}],
+        "n_seeds": 5,
+    }
+    out = export_architecture(baselines()["peri_ln"], CFG, tmp_path / "e", summary=summary, seed=3)
+    text = (out / "README.md").read_text()
+    assert "untrained" in text and "seed 3" in text
+    assert "val_loss: 3.21 (CI 3.18 to 3.24)" in text
+    assert "| against | diff | ci_low | ci_high | p_value |" in text
+    assert "| pre_ln | -0.0312 | -0.05 | -0.01 | 0.004 |" in text
+    assert "- n_seeds: 5" in text
+    torch.manual_seed(3)
+    want = build_model(baselines()["peri_ln"], CFG).state_dict()
+    got = load_exported(out).state_dict()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+    # a partial summary renders only what is given
+    out2 = export_architecture("pre_ln", CFG, tmp_path / "f", summary={"score_mean": 1.5})
+    text2 = (out2 / "README.md").read_text()
+    assert "score: 1.5" in text2 and "CI" not in text2 and "| against" not in text2
+
+
+def test_weights_path_is_copied(tmp_path):
+    model = perturbed("qk_pre_ln", CFG)
+    src = save_weights(model, tmp_path / "trial.safetensors")
+    out = export_architecture("qk_pre_ln", CFG, tmp_path / "e", weights_path=src)
+    assert (out / "model.safetensors").read_bytes() == src.read_bytes()
+    torch.testing.assert_close(load_exported(out).state_dict()["blocks.1.norms.q.weight"],
+                               model.state_dict()["blocks.1.norms.q.weight"], rtol=0, atol=0)
+
+
+def one_line(excinfo):
+    assert "\n" not in str(excinfo.value)
+    return str(excinfo.value)
+
+
+def test_out_dir_rules(tmp_path):
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me")
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, other)
+    assert "not empty" in one_line(e)
+    export_architecture("pre_ln", CFG, other, overwrite=True)
+    assert (other / "todo.txt").read_text() == "keep me" and (other / "model.py").is_file()
+
+    export_architecture("pre_ln", CFG, other)  # the same architecture again: fine
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("peri_ln", CFG, other)  # another architecture's export: refused
+    assert "holds the export of" in one_line(e)
+
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(NormsearchError, match="not a folder"):
+        export_architecture("pre_ln", CFG, afile, overwrite=True)
+
+
+def test_bad_inputs_fail_with_one_line(tmp_path):
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "a", arch_id="000000000000")
+    assert "arch_id 000000000000" in one_line(e)
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "b", state_dict={}, weights_path=tmp_path / "w")
+    assert "not both" in one_line(e)
+    peri = build_model("peri_ln", CFG).state_dict()
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "c", state_dict=peri)
+    assert "does not fit" in one_line(e) and "unexpected" in str(e.value)
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "d", weights_path=tmp_path / "missing.safetensors")
+    assert "no such file" in one_line(e)
+    untied = {k: v.clone() for k, v in build_model("pre_ln", CFG).state_dict().items()}
+    untied["lm_head.weight"] += 1
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "e", state_dict=untied)
+    assert "ties them" in one_line(e)
+    assert not any((tmp_path / n).exists() for n in "abcde")
+
+
+def test_unknown_norm_kind_has_no_template():
+    @register_norm
+    class ScaleNorm(NormKind):
+        name = "scalenorm_export_test"
+        options = {"eps": 1e-5}
+
+        @staticmethod
+        def parameters(o):
+            return {"weight": ("scalar", 1.0)}
+
+    try:
+        with pytest.raises(NormsearchError, match="no export template"):
+            model_source(Placement(block={"attn_in": "scalenorm_export_test"}), CFG)
+    finally:
+        NORM_KINDS.pop("scalenorm_export_test")
+
+
+def test_load_exported_checks_arch_id_and_weights(tmp_path):
+    out = export_architecture("peri_ln", CFG, tmp_path / "peri")
+    spec = out / "spec.yaml"
+    text = spec.read_text()
+    spec.write_text(text.replace(re.search(r"arch_id: (\w+)", text).group(1), "abcdefabcdef"))
+    with pytest.raises(NormsearchError) as e:
+        load_exported(out)
+    assert "arch_id abcdefabcdef" in one_line(e)
+    spec.write_text(text)
+
+    # another placement's weights in the folder: strict loading refuses them
+    save_weights(build_model("pre_ln", CFG).state_dict(), out / "model.safetensors")
+    with pytest.raises(NormsearchError) as e:
+        load_exported(out)
+    assert "does not fit" in one_line(e) or "weights are of" in str(e.value)
+    save_weights(dict(build_model("pre_ln", CFG).state_dict()), out / "model.safetensors",
+                 metadata={"normsearch.arch_id": build_model("peri_ln", CFG).arch_id})
+    with pytest.raises(NormsearchError) as e:
+        load_exported(out)
+    assert "does not fit" in one_line(e) and "missing" in str(e.value)
+
+    with pytest.raises(NormsearchError, match="no such folder"):
+        load_exported(tmp_path / "nowhere")
+    with pytest.raises(NormsearchError, match="no spec.yaml"):
+        load_exported(tmp_path)
+
+
+def test_model_source_does_not_import_torch():
+    code = textwrap.dedent("""
+        import sys
+        from normsearch.export import model_source
+        from normsearch.config import ModelConfig
+        src = model_source("hybridnorm_star", ModelConfig(n_layers=3))
+        print("TORCH", "torch" in sys.modules, "class Block1" in src)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "TORCH False True" in out
+
+
+def test_weights_of_a_same_shaped_architecture_are_refused(tmp_path):
+    """eps is architecture: its weights have the same names and shapes, and the arch_id tells them apart."""
+    other = Placement.from_dict({"block": {"attn_in": {"kind": "rmsnorm", "eps": 1e-6}, "ffn_in": "rmsnorm"},
+                                 "final": "rmsnorm"})
+    model = build_model(other, CFG)
+    with pytest.raises(NormsearchError) as e:
+        export_architecture("pre_ln", CFG, tmp_path / "a", state_dict=model)
+    assert f"of architecture {model.arch_id}" in one_line(e)
+    path = save_weights(model, tmp_path / "w.safetensors")
+    with pytest.raises(NormsearchError, match="of architecture"):
+        export_architecture("pre_ln", CFG, tmp_path / "b", weights_path=path)
+    export_architecture(other, CFG, tmp_path / "c", weights_path=path)  # its own placement: fine
+
+
+def test_export_leaves_the_callers_random_state_alone(tmp_path):
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    export_architecture("pre_ln", CFG, tmp_path / "e", seed=7)
+    torch.testing.assert_close(torch.rand(3), want, rtol=0, atol=0)
