@@ -10,6 +10,7 @@ import functools
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -109,6 +110,38 @@ def show(
     placement, source = _placement(spec, kind)
     config = ModelConfig(n_layers=layers, d_model=d_model, n_heads=n_heads)
     typer.echo(show_text(placement, config, source))
+
+
+OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@app.command(context_settings=OVERRIDES)
+@user_errors
+def train(
+    ctx: typer.Context,
+    recipe: Path = typer.Argument(..., help="A recipe YAML (its model, data and train sections are used)."),
+    placement: str = typer.Option(..., "--placement", "-p", help="A baseline name or a placement spec file."),
+    seed: Optional[int] = typer.Option(None, help="Seed (default: the recipe's first)."),
+    lr: Optional[float] = typer.Option(None, help="Peak learning rate (default: the recipe's first)."),
+    checkpoint: Optional[Path] = typer.Option(None, help="Write the final weights (.safetensors) here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole result record as JSON."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's own output."),
+):
+    """Train one placement once (one seed, one learning rate) and print its result.
+
+    Any recipe field can be overridden: --train.steps 50 --model.n_layers 2."""
+    from .recipe import load_recipe
+
+    r = load_recipe(recipe, ctx.args)
+    p, _ = _placement(placement, r.search.norm_kind)
+    from .progress import TrialBar
+    from .trial import run_trial, summarize
+
+    with TrialBar() as bar:
+        result = run_trial(p, r.model, r.data, r.train, seed=r.train.seeds[0] if seed is None else seed,
+                           lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
+                           checkpoint=checkpoint)
+    typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
 
 
 def main():

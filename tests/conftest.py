@@ -1,9 +1,10 @@
 import os
+import tempfile
 
 import pytest
 
-# Quiet, deterministic CPU runs in tests.
-os.environ.setdefault("NORMSEARCH_QUIET", "1")
+# Tests never write to the user's cache: one fresh cache folder per test session.
+os.environ["NORMSEARCH_CACHE"] = tempfile.mkdtemp(prefix="normsearch-test-cache-")
 
 
 @pytest.fixture
@@ -11,3 +12,18 @@ def tiny_config():
     from normsearch.config import ModelConfig
 
     return ModelConfig(vocab_size=64, n_layers=4, d_model=32, n_heads=4, context_length=16)
+
+
+@pytest.fixture
+def text_folder(tmp_path):
+    """A small local corpus: 20 documents of a few KB each, each with a unique marker."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    words = "the of and to a in that is was he for it with as his on be at by had".split()
+    import random
+
+    rng = random.Random(0)
+    for i in range(20):
+        body = " ".join(rng.choice(words) for _ in range(600))
+        (folder / f"doc{i:02d}.txt").write_text(f"MARKER{i:02d}X {body}\n")
+    return folder

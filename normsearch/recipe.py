@@ -1,0 +1,243 @@
+"""Recipes: one YAML file that says what to search and how to score it.
+
+Sections: ``model``, ``data``, ``train``, ``space``, ``search``, ``storage`` (plus ``name``). Each is
+read into a typed object; unknown keys are rejected with the valid ones and the file and line; any
+field can be overridden from the command line as ``--section.key value``. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from . import _yaml
+from .config import ModelConfig, from_mapping, to_mapping
+from .data import DataConfig
+from .errors import NormsearchError, unknown
+
+SECTIONS = ("name", "model", "data", "train", "space", "search", "storage", "results_dir")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run's budget and optimiser, identical for every placement of a study."""
+
+    steps: int = 200
+    batch_size: int = 16
+    lr: list[float] = field(default_factory=lambda: [3e-3])  # one value, or a list to sweep
+    seeds: list[int] = field(default_factory=lambda: [0])
+    warmup: int = 20  # linear warmup steps
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"  # after warmup
+    min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
+    weight_decay: float = 0.1  # on matrices and embeddings, never on norm parameters
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # global norm; 0 turns clipping off
+    eval_every: int = 50  # steps between validation evaluations (and diagnostics)
+    precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
+    kernels: Literal["auto", "torch", "triton"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = None  # CPU threads for torch (default: torch's choice)
+    diverge_factor: float = 1.5  # a train loss above this times the first loss means diverged
+    spike_factor: float = 1.25  # a train loss above this times its running average counts as a spike
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"  # a trial on several devices (GPU)
+    devices: int = 1  # devices per trial
+
+    def __post_init__(self):
+        checks = [
+            (self.steps >= 1, "train.steps must be >= 1"),
+            (self.batch_size >= 1, "train.batch_size must be >= 1"),
+            (len(self.lr) >= 1 and all(x > 0 for x in self.lr), "train.lr must be one or more positive numbers"),
+            (len(self.seeds) >= 1, "train.seeds must list at least one seed"),
+            (len(set(self.seeds)) == len(self.seeds), "train.seeds has repeated seeds"),
+            (len(set(self.lr)) == len(self.lr), "train.lr has repeated values"),
+            (0 <= self.warmup <= self.steps, "train.warmup must be between 0 and train.steps"),
+            (0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]"),
+            (self.eval_every >= 1, "train.eval_every must be >= 1"),
+            (self.grad_clip >= 0, "train.grad_clip must be >= 0"),
+            (self.weight_decay >= 0, "train.weight_decay must be >= 0"),
+            (self.diverge_factor > 1, "train.diverge_factor must be > 1"),
+            (self.spike_factor > 1, "train.spike_factor must be > 1"),
+            (self.devices >= 1, "train.devices must be >= 1"),
+            (self.threads is None or self.threads >= 1, "train.threads must be >= 1"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise NormsearchError(msg)
+
+    @property
+    def runs(self) -> list[tuple[int, float]]:
+        """(seed, lr) of every run of one architecture, in the order they are trained."""
+        return [(s, lr) for lr in self.lr for s in self.seeds]
+
+
+SAMPLERS = ("tpe", "gp", "random", "grid", "nsga2")
+PRUNERS = ("none", "median", "halving", "hyperband")
+OBJECTIVES = ("mean", "robust")
+SECOND_OBJECTIVES = ("none", "params", "throughput")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    sampler: Literal["tpe", "gp", "random", "grid", "nsga2"] = "tpe"
+    trials: int = 20  # searched architectures in total (baselines come on top)
+    pruner: Literal["none", "median", "halving", "hyperband"] = "none"
+    objective: Literal["mean", "robust"] = "mean"
+    second_objective: Literal["none", "params", "throughput"] = "none"  # a Pareto search
+    baselines: list[str] = field(default_factory=lambda: ["pre_ln", "post_ln", "peri_ln", "hybridnorm"])
+    norm_kind: str = "rmsnorm"  # the kind of the baselines' norms
+    seed: int = 0  # the sampler's seed
+    startup_trials: int = 5  # TPE/GP: random trials before the model
+    heartbeat: int = 60  # seconds between a running trial's heartbeats (RDB/journal storage)
+    grace: int = 600  # a trial silent for this long is dead and is retried
+
+    def __post_init__(self):
+        from .baselines import BASELINES
+        from .norms import NORM_KINDS
+
+        if self.trials < 0:
+            raise NormsearchError("search.trials must be >= 0")
+        for b in self.baselines:
+            if b not in BASELINES:
+                raise NormsearchError(f"search.baselines: {unknown('baseline', b, BASELINES)}")
+        if self.norm_kind not in NORM_KINDS:
+            raise NormsearchError(f"search.norm_kind: {unknown('norm kind', self.norm_kind, NORM_KINDS)}")
+        if self.sampler == "nsga2" and self.second_objective == "none":
+            raise NormsearchError("search.sampler nsga2 is for two objectives; set search.second_objective")
+        if self.grace <= 2 * self.heartbeat:
+            raise NormsearchError("search.grace must be more than twice search.heartbeat")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    space: Any  # the search space (a SearchSpace, see normsearch.space), or None: baselines only
+    search: SearchConfig
+    storage: str | None = None  # an Optuna storage URL or journal file; default SQLite in the results folder
+    results_dir: str = "results"
+    source: str | None = None  # the file it came from
+    raw: dict = field(default_factory=dict, compare=False)  # the resolved recipe as plain data
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.results_dir) / self.name
+
+    @property
+    def storage_url(self) -> str:
+        if self.storage:
+            return self.storage
+        return f"sqlite:///{self.folder / 'study.db'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model.to_dict(),
+            "data": self.data.to_dict(),
+            "train": to_mapping(self.train),
+            "space": self.space.to_dict() if self.space is not None else None,
+            "search": to_mapping(self.search),
+            "storage": self.storage,
+            "results_dir": self.results_dir,
+        }
+
+    def to_yaml(self) -> str:
+        return _yaml.dumps(self.to_dict())
+
+    def with_model(self, **changes) -> Recipe:
+        return replace(self, model=replace(self.model, **changes))
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--train.lr", "0.01", "--search.trials=3"]`` -> ``{"train.lr": 0.01, "search.trials": 3}``.
+    Values are read as YAML (numbers, lists ``[1e-3,3e-3]``, null, true)."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise NormsearchError(f"unexpected argument {arg!r}; overrides look like --section.key value")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args):
+                raise NormsearchError(f"--{key} needs a value")
+            value = args[i + 1]
+            i += 1
+        if "." not in key and key not in ("name", "storage", "results_dir", "space"):
+            raise NormsearchError(f"unknown option --{key}; recipe overrides look like --section.key value")
+        out[key] = _yaml.loads(value, source=f"--{key}") if value != "" else ""
+        i += 1
+    return out
+
+
+def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS:
+            raise NormsearchError(f"--{dotted}: {unknown('recipe section', section, SECTIONS)}")
+        if not key:
+            raw[section] = value
+            continue
+        if section in ("name", "storage", "results_dir"):
+            raise NormsearchError(f"--{dotted}: {section} is a value, not a section; use --{section} VALUE")
+        current = raw.get(section)
+        if current is None or isinstance(current, str):
+            if section == "space" and isinstance(current, str):
+                raise NormsearchError(
+                    f"--{dotted}: the space is a file ({current}); edit the file or give an inline space"
+                )
+            current = {}
+        current = dict(current)
+        current[key] = value
+        raw[section] = current
+    return raw
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe. ``overrides`` maps ``"section.key"`` to a value (or is a
+    list of ``--section.key value`` arguments)."""
+    from .space import load_space
+
+    path = Path(path)
+    raw = _yaml.load(path)
+    if not isinstance(raw, dict):
+        raise NormsearchError(f"{path}: a recipe is a mapping with sections {', '.join(SECTIONS)}")
+    for key in raw:
+        if key not in SECTIONS:
+            raise NormsearchError(f"{_yaml.where(raw, key)}recipe: {unknown('section', key, SECTIONS)}")
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    raw = _apply_overrides(raw, overrides or {})
+
+    name = raw.get("name", path.stem)
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise NormsearchError(f"{_yaml.where(raw, 'name')}recipe name must be a plain word, not {name!r}")
+    data = DataConfig.from_dict(raw.get("data"))
+    model_raw = raw.get("model") or {}
+    model = ModelConfig.from_dict(model_raw)
+    if data.tokenizer == "bpe":  # the vocabulary is the data's unless the model asks for a larger one
+        if "vocab_size" not in model_raw:
+            model = replace(model, vocab_size=data.vocab_size)
+        elif model.vocab_size < data.vocab_size:
+            raise NormsearchError(f"model.vocab_size {model.vocab_size} is smaller than the BPE vocabulary "
+                                  f"data.vocab_size {data.vocab_size}")
+    train = from_mapping(TrainConfig, raw.get("train"), "train")
+    search = from_mapping(SearchConfig, raw.get("search"), "search")
+    space = None
+    if raw.get("space") is not None:
+        space = load_space(raw["space"], base=path.parent, default_kind=search.norm_kind)
+        space.check_depth(model.n_layers)
+    storage = raw.get("storage")
+    if storage is not None and not isinstance(storage, str):
+        raise NormsearchError(f"{_yaml.where(raw, 'storage')}storage must be a URL or a file path, not {storage!r}")
+    results_dir = raw.get("results_dir", "results")
+    if not isinstance(results_dir, str):
+        raise NormsearchError("results_dir must be a path")
+    if search.second_objective == "none" and search.sampler == "nsga2":
+        raise NormsearchError("search.sampler nsga2 needs search.second_objective")
+    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, str(path))
+    return replace(recipe, raw=recipe.to_dict())
