@@ -31,8 +31,8 @@ _API = {
     "run_trial": "trial",
     "run_study": "study",
     "rank": "ranking",
-    "export": "export",
-    "load_exported": "export",
+    "export": "exporter",
+    "load_exported": "exporter",
 }
 
 __all__ = ["__version__", *_API]

@@ -9,7 +9,7 @@ from safetensors import safe_open
 from normsearch.checkpoint import ARCH_ID_KEY, TIED_KEY, load_state_dict, read_metadata, save_weights
 from normsearch.config import ModelConfig
 from normsearch.errors import NormsearchError
-from normsearch.export import model_source
+from normsearch.exporter import model_source
 from normsearch.model import build_model
 
 CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8)

@@ -20,7 +20,7 @@ from normsearch.baselines import baselines
 from normsearch.checkpoint import save_weights
 from normsearch.config import ModelConfig
 from normsearch.errors import NormsearchError
-from normsearch.export import EXPORT_FILES, export_architecture, load_exported, model_source
+from normsearch.exporter import EXPORT_FILES, export_architecture, load_exported, model_source
 from normsearch.model import build_model
 from normsearch.norms import NORM_KINDS, NormKind, register_norm
 from normsearch.spec import BLOCK_SITES, Placement
@@ -443,7 +443,7 @@ def test_load_exported_checks_arch_id_and_weights(tmp_path):
 def test_model_source_does_not_import_torch():
     code = textwrap.dedent("""
         import sys
-        from normsearch.export import model_source
+        from normsearch.exporter import model_source
         from normsearch.config import ModelConfig
         src = model_source("hybridnorm_star", ModelConfig(n_layers=3))
         print("TORCH", "torch" in sys.modules, "class Block1" in src)

@@ -478,7 +478,7 @@ def _check_exportable(resolved: ResolvedPlacement) -> None:
         if kind not in _NORM_CLASSES:
             raise NormsearchError(
                 f"norm kind {kind!r} has no export template (the exporter writes "
-                f"{', '.join(_NORM_CLASSES)}); add one in normsearch/export.py"
+                f"{', '.join(_NORM_CLASSES)}); add one in normsearch/exporter.py"
             )
 
 
@@ -615,7 +615,7 @@ def _readme(placement: Placement, config: ModelConfig, resolved: ResolvedPlaceme
         "With normsearch, as its own `Transformer` (checks the arch_id):",
         "",
         "```python",
-        "from normsearch.export import load_exported",
+        "from normsearch.exporter import load_exported",
         f'model = load_exported("{folder}")',
         "```",
         "",
