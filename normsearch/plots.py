@@ -1,0 +1,282 @@
+"""The report's plots (PNG, matplotlib with the Agg canvas; no pyplot, so no global figure state).
+
+Every function takes ranking rows (or the numbers it draws) and returns a
+:class:`matplotlib.figure.Figure` with a title, labelled axes and a legend; :func:`save` writes it.
+matplotlib is imported inside the functions, so importing this module (and ``normsearch --help``)
+never loads it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+UNIT = "bits/byte"
+FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
+BASE_STYLE = {"linestyle": "--", "linewidth": 1.5}
+PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "loss_vs_lr", "importance", "site_effects", "history")
+
+
+def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    return fig, axes
+
+
+def save(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Write ``fig`` as PNG and release its memory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    fig.clear()
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# What the plots read from a row
+
+
+def plot_rows(ranking, top: int = 3) -> list:
+    """The rows worth drawing: the ``top`` best found placements and every ranked baseline."""
+    ranked = ranking.ranked
+    return [r for r in ranked if not r.is_baseline][:top] + [r for r in ranked if r.is_baseline]
+
+
+def legend_label(row) -> str:
+    return f"{row.label} (baseline)" if row.is_baseline else row.label
+
+
+def _style(rows) -> dict[str, dict[str, Any]]:
+    """One colour per row (found placements first), solid for found ones, dashed for baselines."""
+    out = {}
+    for i, r in enumerate(rows):
+        out[r.arch_id] = {"color": f"C{i % 10}", **(BASE_STYLE if r.is_baseline else FOUND_STYLE)}
+    return out
+
+
+def best_runs(row) -> list[dict]:
+    """The runs at the row's best learning rate that did not diverge (all of them if every one did)."""
+    runs = [r for r in row.runs if row.best_lr is None or float(r["lr"]) == float(row.best_lr)]
+    ok = [r for r in runs if not r.get("diverged")]
+    return ok or runs
+
+
+def mean_curve(runs: Iterable[dict]) -> tuple[list[int], list[float]]:
+    """Validation loss by step, averaged over the runs that reached the step."""
+    by_step: dict[int, list[float]] = {}
+    for r in runs:
+        for p in r.get("curve") or []:
+            v = p.get("val_bpb")
+            if v is not None and math.isfinite(v):
+                by_step.setdefault(int(p["step"]), []).append(float(v))
+    steps = sorted(by_step)
+    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+
+
+def mean_diagnostic(runs: Iterable[dict], key: str, at: str = "last") -> list[float] | None:
+    """A per-layer diagnostic (``resid_rms``, ``grad_norm``, ``max_logit``) at the first (``at=
+    "first"``, initialisation) or last evaluation, averaged over the runs elementwise."""
+    rows = []
+    for r in runs:
+        diags = [d for d in r.get("diagnostics") or [] if d.get(key)]
+        if diags:
+            rows.append([float(x) for x in (diags[0] if at == "first" else diags[-1])[key]])
+    if not rows or len({len(x) for x in rows}) != 1:
+        return None
+    return [sum(col) / len(col) for col in zip(*rows)]
+
+
+def _integer_x(ax):
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _finish(ax, title: str, xlabel: str, ylabel: str, **legend):
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, **legend)
+
+
+# --------------------------------------------------------------------------------------------------
+# The plots
+
+
+def loss_curves(rows) -> Any:
+    """Validation loss against training step: the best found placements against the baselines."""
+    fig, (ax,) = _figure()
+    style = _style(rows)
+    tops = []
+    for r in rows:
+        steps, values = mean_curve(best_runs(r))
+        if len(steps) > 1 and steps[0] == 0:  # the loss at initialisation would flatten the rest
+            steps, values = steps[1:], values[1:]
+        if steps:
+            ax.plot(steps, values, marker="o", markersize=3, label=legend_label(r), **style[r.arch_id])
+            tops.append(values[0])
+    if not tops:
+        return None
+    ax.set_ylim(top=max(tops) + 0.02 * abs(max(tops)))
+    _finish(ax, "Validation loss during training\n(mean over seeds at each architecture's best learning rate)",
+            "training step", f"validation loss ({UNIT})")
+    return fig
+
+
+def residual_rms(rows) -> Any:
+    """Residual-stream RMS at every depth at the end of training (the Peri-LN paper's picture)."""
+    fig, (ax,) = _figure()
+    style = _style(rows)
+    drawn = False
+    for r in rows:
+        rms = mean_diagnostic(best_runs(r), "resid_rms", "last")
+        if rms:
+            ax.plot(range(len(rms)), rms, marker="o", markersize=4, label=legend_label(r), **style[r.arch_id])
+            drawn = True
+    if not drawn:
+        return None
+    ax.set_yscale("log")
+    _integer_x(ax)
+    _finish(ax, "Residual-stream RMS by depth at the end of training\n(mean over seeds; cf. Kim et al. 2025, Peri-LN)",
+            "position in the stream (0: after the embedding, i: after block i)", "RMS of the residual stream (log)")
+    return fig
+
+
+def grad_norm(rows) -> Any:
+    """Gradient norm of each layer's FFN weights, at initialisation and at the end of training."""
+    data = {at: [(r, mean_diagnostic(best_runs(r), "grad_norm", at)) for r in rows] for at in ("first", "last")}
+    if not any(g for pairs in data.values() for _, g in pairs):
+        return None
+    fig, axes = _figure(width=11, ncols=2)
+    style = _style(rows)
+    for ax, at, when in zip(axes, ("first", "last"), ("at initialisation", "at the end of training")):
+        for r, g in data[at]:
+            if g:
+                ax.plot(range(len(g)), g, marker="o", markersize=4, label=legend_label(r), **style[r.arch_id])
+        ax.set_yscale("log")
+        _integer_x(ax)
+        _finish(ax, f"Gradient norm by layer {when}\n(FFN weights, mean over seeds; cf. Xiong et al. 2020)",
+                "layer", "gradient norm (log)")
+    return fig
+
+
+def loss_vs_lr(rows) -> Any:
+    """Final loss against learning rate, one line per architecture; a cross marks a learning rate at
+    which at least one seed diverged (its loss counts as the loss at initialisation)."""
+    fig, (ax,) = _figure()
+    style = _style(rows)
+    drawn = False
+    diverged_shown = False
+    for r in rows:
+        if not r.per_lr:
+            continue
+        lrs = sorted(r.per_lr)
+        ax.plot(lrs, [r.per_lr[x] for x in lrs], marker="o", markersize=5, label=legend_label(r), **style[r.arch_id])
+        drawn = True
+        bad = sorted({float(x["lr"]) for x in r.runs if x.get("diverged")} & set(lrs))
+        if bad:
+            ax.plot(bad, [r.per_lr[x] for x in bad], linestyle="none", marker="x", markersize=10, color="red",
+                    label=None if diverged_shown else "a seed diverged here")
+            diverged_shown = True
+    if not drawn:
+        return None
+    ax.set_xscale("log")
+    n_lr = len({x for r in rows for x in r.per_lr})
+    sub = "mean over seeds; a diverged run counts as its loss at initialisation"
+    if n_lr < 2:
+        sub = "one learning rate only: no sweep to show sensitivity"
+    _finish(ax, f"Final validation loss against learning rate\n({sub})", "peak learning rate (log)",
+            f"final validation loss ({UNIT})")
+    return fig
+
+
+def importance(importances: dict[str, float], evaluator: str) -> Any:
+    """Optuna's parameter importance of the search-space choices, as horizontal bars."""
+    if not importances:
+        return None
+    fig, (ax,) = _figure(height=max(3.0, 0.45 * len(importances) + 1.8))
+    names = list(importances)[::-1]
+    ax.barh(names, [importances[n] for n in names], color="C0", label=evaluator)
+    ax.set_xlim(0, max(1.0, max(importances.values()) * 1.05))
+    _finish(ax, "Which site choices matter: Optuna parameter importance", "importance (normalised to sum to 1)",
+            "search-space parameter", loc="lower right")
+    return fig
+
+
+def site_effects(effects) -> Any:
+    """Per site, the mean score of architectures with a norm there (in every layer) minus without."""
+    effects = [e for e in effects if e.diff is not None]
+    if not effects:
+        return None
+    fig, (ax,) = _figure(height=max(3.0, 0.45 * len(effects) + 1.8))
+    names = [f"{e.site} ({e.n_with} vs {e.n_without})" for e in effects][::-1]
+    diffs = [e.diff for e in effects][::-1]
+    colors = ["C2" if d < 0 else "C3" for d in diffs]
+    ax.barh(names, diffs, color=colors)
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color="C2", label="norm there: lower loss"),
+                       Patch(color="C3", label="norm there: higher loss")], fontsize=8)
+    ax.set_title("Mean score with a norm at the site minus without\n(raw means over the architectures evaluated; "
+                 "not controlled for the other sites)", fontsize=10)
+    ax.set_xlabel(f"difference of mean scores ({UNIT}; negative: better with the norm)")
+    ax.set_ylabel("site (architectures with vs without)")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def history(points: list[dict]) -> Any:
+    """Optimisation history: each finished trial's score by trial number, the best found so far, and
+    the best baseline."""
+    pts = [p for p in points if p.get("value") is not None and math.isfinite(p["value"])]
+    if not pts:
+        return None
+    fig, (ax,) = _figure()
+    found = [p for p in pts if not p["is_baseline"] and not p.get("reused")]
+    repeats = [p for p in pts if not p["is_baseline"] and p.get("reused")]
+    base = [p for p in pts if p["is_baseline"]]
+    if found:
+        ax.scatter([p["number"] for p in found], [p["value"] for p in found], color="C0", zorder=3,
+                   label="searched placement (one trial)")
+    if repeats:
+        ax.scatter([p["number"] for p in repeats], [p["value"] for p in repeats], facecolors="none",
+                   edgecolors="C0", zorder=3, label="repeat of an evaluated network (result reused)")
+    if found or repeats:
+        best, xs, ys = math.inf, [], []
+        for p in sorted(found + repeats, key=lambda p: p["number"]):
+            best = min(best, p["value"])
+            xs.append(p["number"])
+            ys.append(best)
+        ax.step(xs, ys, where="post", color="C0", alpha=0.7, label="best searched so far")
+    if base:
+        ax.scatter([p["number"] for p in base], [p["value"] for p in base], color="C1", marker="s", zorder=3,
+                   label="baseline")
+        b = min(base, key=lambda p: p["value"])
+        ax.axhline(b["value"], color="C1", linestyle="--", linewidth=1, label=f"best baseline ({b['label']})")
+    _integer_x(ax)
+    _finish(ax, "Optimisation history (lower is better)", "trial number", f"score ({UNIT})")
+    return fig
+
+
+def all_figures(ranking, effects=(), importances: dict[str, float] | None = None, evaluator: str = "",
+                top: int = 3) -> dict[str, Any]:
+    """Every plot of the report that has data: file stem -> Figure."""
+    rows = plot_rows(ranking, top)
+    figs = {
+        "loss_curves": loss_curves(rows),
+        "residual_rms": residual_rms(rows),
+        "grad_norm": grad_norm(rows),
+        "loss_vs_lr": loss_vs_lr(rows),
+        "importance": importance(importances or {}, evaluator),
+        "site_effects": site_effects(effects),
+        "history": history(ranking.history),
+    }
+    return {k: v for k, v in figs.items() if v is not None}
