@@ -43,6 +43,14 @@ class LineDict(dict):
     source: str | None = None
 
 
+def copy(d: dict) -> dict:
+    """A shallow copy that keeps a LineDict's lines and source."""
+    out = LineDict(d)
+    out.lines = dict(getattr(d, "lines", {}))
+    out.source = getattr(d, "source", None)
+    return out
+
+
 def _construct_mapping(loader, node):
     d = LineDict(loader.construct_mapping(node, deep=True))
     d.lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}

@@ -144,6 +144,122 @@ def train(
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
 
 
+def _console():
+    """stdout; at least 160 columns wide when it is not a terminal, so tables stay readable in logs."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=max(console.width, 160))
+    return console
+
+
+@app.command(context_settings=OVERRIDES)
+@user_errors
+def run(
+    ctx: typer.Context,
+    recipe: Path = typer.Argument(..., help="The recipe YAML."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL or journal file shared by workers "
+                                          "(default: SQLite in results/<name>/)."),
+    name: Optional[str] = typer.Option(None, help="Study name (default: the recipe's)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
+):
+    """Run the search: baselines first, then searched placements, until the recipe's trials are done.
+
+    Running it again resumes; running it on several processes or machines with one --storage makes
+    them workers of one study. Any recipe field can be overridden: --search.trials 20."""
+    from .progress import TrialBar
+    from .ranking import rank
+    from .recipe import load_recipe
+    from .report import ranking_table
+    from .study import StudyInterrupted, run_study
+
+    extra = list(ctx.args) + (["--name", name] if name else [])
+    r = load_recipe(recipe, extra)
+    _setup_logging(verbose)
+    try:
+        with TrialBar(study=r.name) as bar:
+            handle = run_study(r, storage=storage, display=bar, verbose=verbose)
+    except StudyInterrupted:
+        typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
+                   err=True)
+        raise typer.Exit(130) from None
+    _console().print(ranking_table(rank(handle)))
+
+
+@app.command()
+@user_errors
+def validate(
+    ctx: typer.Context,
+    recipe: Path = typer.Argument(..., help="The recipe YAML."),
+):
+    """Check a recipe and its search space without training: space size, baselines, budget."""
+    from .baselines import baseline
+    from .recipe import load_recipe
+
+    r = load_recipe(recipe, ctx.args)
+    L = r.model.n_layers
+    t = r.train
+    lines = [f"recipe {r.name!r} ({recipe}) is valid",
+             f"  model: {L} layers, d_model {r.model.d_model}, {r.model.n_heads} heads, "
+             f"context {r.model.context_length}, {r.model.ffn}",
+             f"  data: {r.data.corpus}" + (f" {r.data.path}" if r.data.path else "") + f", {r.data.tokenizer} tokens",
+             f"  budget per run: {t.steps} steps x {t.batch_size} x {r.model.context_length} tokens; "
+             f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s) = {len(t.runs)} runs per architecture"]
+    if r.space is not None:
+        params = ", ".join(f"{k} ({len(v)})" for k, v in r.space.distributions().items())
+        lines.append(f"  space: {r.space.source or 'inline'}: {r.space.size():,} points; choices: {params}")
+    else:
+        lines.append("  space: none (baselines only)")
+    base = []
+    for b in r.search.baselines:
+        p = baseline(b, r.search.norm_kind)
+        inside = r.space is not None and r.space.params_of(p, L) is not None
+        base.append(f"{b}{'' if inside else ' (outside the space)'}")
+    lines.append(f"  baselines ({len(base)}): {', '.join(base)}")
+    n = len(r.search.baselines) + r.search.trials
+    lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
+                 f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
+    lines.append(f"  storage: {r.storage_url}")
+    typer.echo("\n".join(lines))
+
+
+@app.command()
+@user_errors
+def status(
+    study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
+    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
+):
+    """Finished / running / failed / pruned trials, the workers, and the best so far."""
+    from .study import open_results, status_text
+
+    typer.echo(status_text(open_results(study, storage, study_name)))
+
+
+@app.command()
+@user_errors
+def report(
+    study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
+    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
+    against: list[str] = typer.Option([], "--against", help="Also compare with this baseline (repeatable)."),
+):
+    """Rank the architectures of a study against the baselines."""
+    from .ranking import DEFAULT_AGAINST, rank
+    from .report import ranking_table
+    from .study import open_results
+
+    handle = open_results(study, storage, study_name)
+    _console().print(ranking_table(rank(handle, against=[*DEFAULT_AGAINST, *against])))
+
+
+def _setup_logging(verbose: bool):
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+
+
 def main():
     app()
 

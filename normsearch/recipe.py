@@ -174,7 +174,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
-    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    raw = _yaml.copy(raw)
     for dotted, value in overrides.items():
         section, _, key = dotted.partition(".")
         if section not in SECTIONS:
@@ -191,7 +191,7 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
                     f"--{dotted}: the space is a file ({current}); edit the file or give an inline space"
                 )
             current = {}
-        current = dict(current)
+        current = _yaml.copy(current)
         current[key] = value
         raw[section] = current
     return raw
@@ -200,20 +200,25 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
 def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None = None) -> Recipe:
     """Read, override and validate a recipe. ``overrides`` maps ``"section.key"`` to a value (or is a
     list of ``--section.key value`` arguments)."""
-    from .space import load_space
-
     path = Path(path)
     raw = _yaml.load(path)
     if not isinstance(raw, dict):
         raise NormsearchError(f"{path}: a recipe is a mapping with sections {', '.join(SECTIONS)}")
-    for key in raw:
-        if key not in SECTIONS:
-            raise NormsearchError(f"{_yaml.where(raw, key)}recipe: {unknown('section', key, SECTIONS)}")
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     raw = _apply_overrides(raw, overrides or {})
+    raw.setdefault("name", path.stem)
+    return recipe_from_dict(raw, base=path.parent, source=str(path))
 
-    name = raw.get("name", path.stem)
+
+def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = None) -> Recipe:
+    """A recipe from its plain-data form (as written in YAML, or as saved with a study)."""
+    from .space import load_space
+
+    for key in raw:
+        if key not in SECTIONS:
+            raise NormsearchError(f"{_yaml.where(raw, key)}recipe: {unknown('section', key, SECTIONS)}")
+    name = raw.get("name")
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise NormsearchError(f"{_yaml.where(raw, 'name')}recipe name must be a plain word, not {name!r}")
     data = DataConfig.from_dict(raw.get("data"))
@@ -229,7 +234,7 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None =
     search = from_mapping(SearchConfig, raw.get("search"), "search")
     space = None
     if raw.get("space") is not None:
-        space = load_space(raw["space"], base=path.parent, default_kind=search.norm_kind)
+        space = load_space(raw["space"], base=base, default_kind=search.norm_kind)
         space.check_depth(model.n_layers)
     storage = raw.get("storage")
     if storage is not None and not isinstance(storage, str):
@@ -239,5 +244,5 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None =
         raise NormsearchError("results_dir must be a path")
     if search.second_objective == "none" and search.sampler == "nsga2":
         raise NormsearchError("search.sampler nsga2 needs search.second_objective")
-    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, str(path))
+    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source)
     return replace(recipe, raw=recipe.to_dict())
