@@ -169,9 +169,8 @@ def run(
     Running it again resumes; running it on several processes or machines with one --storage makes
     them workers of one study. Any recipe field can be overridden: --search.trials 20."""
     from .progress import TrialBar
-    from .ranking import rank
+    from .ranking import DEFAULT_AGAINST
     from .recipe import load_recipe
-    from .report import ranking_table
     from .study import StudyInterrupted, run_study
 
     extra = list(ctx.args) + (["--name", name] if name else [])
@@ -184,7 +183,7 @@ def run(
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
         raise typer.Exit(130) from None
-    _console().print(ranking_table(rank(handle)))
+    _print_report(handle, handle.folder, DEFAULT_AGAINST)
 
 
 @app.command()
@@ -244,14 +243,23 @@ def report(
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
     against: list[str] = typer.Option([], "--against", help="Also compare with this baseline (repeatable)."),
+    out: Optional[Path] = typer.Option(None, help="Folder for report.md, ranking.csv/json and plots "
+                                       "(default: the study's results folder)."),
 ):
-    """Rank the architectures of a study against the baselines."""
-    from .ranking import DEFAULT_AGAINST, rank
-    from .report import ranking_table
+    """Rank the architectures of a study against the baselines and write the report."""
+    from .ranking import DEFAULT_AGAINST
     from .study import open_results
 
     handle = open_results(study, storage, study_name)
-    _console().print(ranking_table(rank(handle, against=[*DEFAULT_AGAINST, *against])))
+    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against])
+
+
+def _print_report(handle, folder: Path, against):
+    from .report import ranking_table, write_report
+
+    ranking = write_report(handle, folder, against=against)
+    _console().print(ranking_table(ranking))
+    typer.echo(f"report: {folder / 'report.md'} (with ranking.csv, ranking.json and plots)")
 
 
 def _setup_logging(verbose: bool):

@@ -15,7 +15,8 @@ from typing import Any, Iterable
 UNIT = "bits/byte"
 FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
 BASE_STYLE = {"linestyle": "--", "linewidth": 1.5}
-PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "loss_vs_lr", "importance", "site_effects", "history")
+PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "importance",
+              "site_effects", "history")
 
 
 def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
@@ -130,28 +131,9 @@ def loss_curves(rows) -> Any:
     return fig
 
 
-def residual_rms(rows) -> Any:
-    """Residual-stream RMS at every depth at the end of training (the Peri-LN paper's picture)."""
-    fig, (ax,) = _figure()
-    style = _style(rows)
-    drawn = False
-    for r in rows:
-        rms = mean_diagnostic(best_runs(r), "resid_rms", "last")
-        if rms:
-            ax.plot(range(len(rms)), rms, marker="o", markersize=4, label=legend_label(r), **style[r.arch_id])
-            drawn = True
-    if not drawn:
-        return None
-    ax.set_yscale("log")
-    _integer_x(ax)
-    _finish(ax, "Residual-stream RMS by depth at the end of training\n(mean over seeds; cf. Kim et al. 2025, Peri-LN)",
-            "position in the stream (0: after the embedding, i: after block i)", "RMS of the residual stream (log)")
-    return fig
-
-
-def grad_norm(rows) -> Any:
-    """Gradient norm of each layer's FFN weights, at initialisation and at the end of training."""
-    data = {at: [(r, mean_diagnostic(best_runs(r), "grad_norm", at)) for r in rows] for at in ("first", "last")}
+def _by_layer(rows, key: str, title: str, xlabel: str, ylabel: str) -> Any:
+    """A per-layer diagnostic at initialisation (left) and at the end of training (right)."""
+    data = {at: [(r, mean_diagnostic(best_runs(r), key, at)) for r in rows] for at in ("first", "last")}
     if not any(g for pairs in data.values() for _, g in pairs):
         return None
     fig, axes = _figure(width=11, ncols=2)
@@ -162,8 +144,46 @@ def grad_norm(rows) -> Any:
                 ax.plot(range(len(g)), g, marker="o", markersize=4, label=legend_label(r), **style[r.arch_id])
         ax.set_yscale("log")
         _integer_x(ax)
-        _finish(ax, f"Gradient norm by layer {when}\n(FFN weights, mean over seeds; cf. Xiong et al. 2020)",
-                "layer", "gradient norm (log)")
+        _finish(ax, title.format(when=when), xlabel, ylabel)
+    return fig
+
+
+def residual_rms(rows) -> Any:
+    """Residual-stream RMS at every depth, at initialisation and at the end of training (the Peri-LN
+    paper's picture)."""
+    return _by_layer(rows, "resid_rms", "Residual-stream RMS by depth {when}\n(mean over seeds; cf. Kim et al. 2025)",
+                     "position in the stream (0: after the embedding, i: after block i)",
+                     "RMS of the residual stream (log)")
+
+
+def grad_norm(rows) -> Any:
+    """Gradient norm of each layer's FFN weights, at initialisation and at the end of training."""
+    return _by_layer(rows, "grad_norm", "Gradient norm by layer {when}\n(FFN weights, mean over seeds; "
+                     "cf. Xiong et al. 2020)", "layer", "gradient norm (log)")
+
+
+def attention_logits(rows) -> Any:
+    """The largest attention logit (over layers) at every evaluation during training (Wortsman et al.
+    2023: it grows without bound at high learning rates unless q and k are normalised)."""
+    fig, (ax,) = _figure()
+    style = _style(rows)
+    drawn = False
+    for r in rows:
+        by_step: dict[int, list[float]] = {}
+        for run in best_runs(r):
+            for d in run.get("diagnostics") or []:
+                if d.get("max_logit") and all(math.isfinite(x) for x in d["max_logit"]):
+                    by_step.setdefault(int(d["step"]), []).append(max(d["max_logit"]))
+        if len(by_step) > 1:
+            steps = sorted(by_step)
+            ax.plot(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], marker="o", markersize=3,
+                    label=legend_label(r), **style[r.arch_id])
+            drawn = True
+    if not drawn:
+        return None
+    ax.set_yscale("log")
+    _finish(ax, "Largest attention logit during training\n(max over layers, mean over seeds at the best learning "
+            "rate; cf. Wortsman et al. 2023)", "training step", "largest attention logit (log)")
     return fig
 
 
@@ -274,6 +294,7 @@ def all_figures(ranking, effects=(), importances: dict[str, float] | None = None
         "loss_curves": loss_curves(rows),
         "residual_rms": residual_rms(rows),
         "grad_norm": grad_norm(rows),
+        "attention_logits": attention_logits(rows),
         "loss_vs_lr": loss_vs_lr(rows),
         "importance": importance(importances or {}, evaluator),
         "site_effects": site_effects(effects),

@@ -30,11 +30,15 @@ PLOT_CAPTIONS = {
                     "Validation loss against training step for the best found placements (solid) and the baselines "
                     "(dashed), averaged over seeds at each architecture's best learning rate."),
     "residual_rms": ("Residual-stream RMS by depth",
-                     "How large the residual stream is after the embedding and after every block, at the end of "
-                     "training (log scale). Pre-LN lets it grow with depth; Peri-LN keeps it flat (Kim et al. 2025)."),
+                     "How large the residual stream is after the embedding and after every block, at initialisation "
+                     "and at the end of training (log scale). Pre-LN lets it grow with depth; Peri-LN keeps it "
+                     "bounded (Kim et al. 2025)."),
     "grad_norm": ("Gradient norm by layer",
                   "Gradient norm of each layer's FFN weights at initialisation and at the end of training (log "
                   "scale). Post-LN concentrates gradient in the last layers at initialisation (Xiong et al. 2020)."),
+    "attention_logits": ("Largest attention logit during training",
+                         "The largest pre-softmax attention logit (over layers) at every evaluation. Without q/k "
+                         "norms it can grow without bound at high learning rates (Wortsman et al. 2023)."),
     "loss_vs_lr": ("Final loss against learning rate",
                    "Each architecture's final validation loss at every learning rate of the sweep; a red cross marks "
                    "a learning rate where a seed diverged. A flat curve means low learning-rate sensitivity."),

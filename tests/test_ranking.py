@@ -80,7 +80,7 @@ def make_run(label, seed, lr, value, pruned=False):
     vals = {0: INIT, 50: 6.0 if diverged else (INIT + (value or 0)) / 2, 100: value}
     curve = [{"step": s, "val_bpb": vals[s], "train_loss": vals[s] * 0.7} for s in steps]
     diags = [{"step": s, "resid_rms": [1.0 + g * i * (1 + s / 100) for i in range(L + 1)],
-              "grad_norm": [0.5 + g * (L - i) * (1 - s / 200) for i in range(L)], "max_logit": [3.0] * L,
+              "grad_norm": [0.5 + g * (L - i) * (1 - s / 200) for i in range(L)], "max_logit": [3.0 * (1 + g * s / 50) - i for i in range(L)],
               "gains": {}, "alphas": {}} for s in steps]
     n_norm = 32 * len(p.resolve(L).present_sites())
     return {

@@ -27,7 +27,8 @@ from normsearch.report import (
 from normsearch.spec import Placement
 from normsearch.study import StudyHandle
 
-PNGS = ("loss_curves", "residual_rms", "grad_norm", "loss_vs_lr", "importance", "site_effects", "history")
+PNGS = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "importance", "site_effects",
+        "history")
 MEAN = lambda xs: sum(xs) / len(xs)
 SCORE = {"pre_ln": MEAN(final("pre_ln", 3e-3)), "peri_ln": MEAN(final("peri_ln", 3e-3)), "hybridnorm": 2.02,
          "t3": MEAN(final("t3", 3e-3)), "t4": 2.30, "t5": MEAN(final("t5", 3e-3)), "t6": 3.00}
@@ -181,9 +182,14 @@ def test_figures_have_titles_labels_legends_and_the_right_data(tmp_path):
     t3_line = curves.lines[0]
     assert list(t3_line.get_xdata()) == [50, 100] and t3_line.get_ydata()[-1] == pytest.approx(SCORE["t3"])
     assert curves.lines[3].get_linestyle() == "--"  # baselines dashed
-    rms = figs["residual_rms"].axes[0]
+    rms0, rms = figs["residual_rms"].axes
+    assert "initialisation" in rms0.get_title() and "end of training" in rms.get_title()
     assert len(rms.lines[0].get_ydata()) == L + 1 and rms.get_yscale() == "log"
     assert list(rms.lines[0].get_ydata()) == pytest.approx([1.0 + 0.1 * i * 2 for i in range(L + 1)])  # t3, step 100
+    assert list(rms0.lines[0].get_ydata()) == pytest.approx([1.0 + 0.1 * i for i in range(L + 1)])  # t3, step 0
+    logits = figs["attention_logits"].axes[0]
+    assert list(logits.lines[0].get_xdata()) == [0, 50, 100]  # t3: max over layers is layer 0's
+    assert list(logits.lines[0].get_ydata()) == pytest.approx([3.0 * (1 + 0.1 * s / 50) for s in (0, 50, 100)])
     g0, g1 = figs["grad_norm"].axes
     assert "initialisation" in g0.get_title() and "end of training" in g1.get_title()
     assert list(g0.lines[0].get_ydata()) == pytest.approx([0.5 + 0.1 * (L - i) for i in range(L)])
