@@ -472,3 +472,53 @@ def test_export_leaves_the_callers_random_state_alone(tmp_path):
     torch.manual_seed(123)
     export_architecture("pre_ln", CFG, tmp_path / "e", seed=7)
     torch.testing.assert_close(torch.rand(3), want, rtol=0, atol=0)
+
+
+# -- normsearch export: from a study ---------------------------------------------------------------
+
+
+def test_export_command_from_a_study(tiny_study, tmp_path):
+    """The ranked best architecture exports with its kept weights and loads without normsearch."""
+    from typer.testing import CliRunner
+
+    from normsearch.checkpoint import load_state_dict
+    from normsearch.cli import app
+    from normsearch.ranking import rank
+    from normsearch.study import open_results
+
+    runner = CliRunner()
+    out = tmp_path / "best"
+    r = runner.invoke(app, ["export", str(tiny_study), "--rank", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    ranking = rank(open_results(tiny_study))
+    best = ranking.rows[0]
+    assert set(EXPORT_FILES) <= {p.name for p in out.iterdir()}
+    assert f"arch_id: {best.arch_id}" in (out / "spec.yaml").read_text()
+    readme = (out / "README.md").read_text()
+    assert f"{best.score_mean:.4g}"[:4] in readme and "peri_ln" not in readme.split("## Score")[0]
+    # the weights are the kept checkpoint of the best seed at the best learning rate
+    kept = load_state_dict(tiny_study / "checkpoints" / f"{best.arch_id}.safetensors")
+    model = load_exported(out)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in kept.items())
+    # trial and baseline selections, retraining, and bad selections
+    base = next(row for row in ranking.rows if row.label == "post_ln")
+    r = runner.invoke(app, ["export", str(tiny_study), "--baseline", "post_ln", "--out", str(tmp_path / "post")])
+    assert r.exit_code == 0 and f"arch_id: {base.arch_id}" in (tmp_path / "post" / "spec.yaml").read_text()
+    r = runner.invoke(app, ["export", str(tiny_study), "--trial", str(best.trials[0]), "--steps", "3",
+                            "--out", str(tmp_path / "again")])
+    assert r.exit_code == 0, r.output
+    assert "retrained: seed" in (tmp_path / "again" / "README.md").read_text()
+    for args, message in [
+        (["--rank", "99"], "--rank 99: the study ranks"),
+        (["--baseline", "dyt"], "not a finished baseline"),
+        (["--trial", "999"], "no finished trial 999"),
+        (["--rank", "1", "--trial", "0"], "exactly one of --rank K, --trial N or --baseline NAME"),
+    ]:
+        r = runner.invoke(app, ["export", str(tiny_study), *args, "--out", str(tmp_path / "x")])
+        assert r.exit_code == 2 and r.output.startswith("error: ") and message in r.output, r.output
+    (tiny_study / "checkpoints" / f"{base.arch_id}.safetensors").rename(tmp_path / "moved.safetensors")
+    try:
+        r = runner.invoke(app, ["export", str(tiny_study), "--baseline", "post_ln", "--out", str(tmp_path / "y")])
+        assert r.exit_code == 2 and "add --retrain" in r.output
+    finally:
+        (tmp_path / "moved.safetensors").rename(tiny_study / "checkpoints" / f"{base.arch_id}.safetensors")
