@@ -292,6 +292,28 @@ def export_cmd(
                f"model = from_pretrained()")
 
 
+bench_app = typer.Typer(help="Benchmarks: speed against a reference measured in the same run.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("kernels", context_settings=OVERRIDES)
+def bench_kernels(ctx: typer.Context):
+    """Norm kernels on a CUDA GPU: Triton against torch eager, torch.compile and Liger-Kernel, in GB/s
+    and as a fraction of the copy bandwidth (options: --tokens, --hidden, --ops, --providers, --out)."""
+    from .kernels.bench import main as bench_main
+
+    raise typer.Exit(bench_main(list(ctx.args)))
+
+
+@bench_app.command("trial", context_settings=OVERRIDES)
+def bench_trial(ctx: typer.Context):
+    """The training loop of a trial against a bare PyTorch loop on the same model and batches: the ratio
+    of training tokens/s, and what the diagnostics cost (options: --steps, --repeats, --layers, ...)."""
+    from .benchmark import main as bench_main
+
+    raise typer.Exit(bench_main(list(ctx.args)))
+
+
 def _setup_logging(verbose: bool):
     import logging
 

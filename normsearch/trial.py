@@ -317,8 +317,7 @@ def run_trial(
         trainer.fit(module, train_dataloaders=loader)
         result.wall_time = time.perf_counter() - start
         result.steps = monitor.steps
-        train_time = max(result.wall_time - monitor.eval_time, 1e-9)
-        result.tokens_per_s = monitor.steps * monitor.tokens_per_step / train_time
+        result.tokens_per_s = monitor.steps * monitor.tokens_per_step / max(monitor.train_time, 1e-9)
         if not result.diverged and result.curve:
             result.value = result.curve[-1]["val_bpb"]
         if checkpoint is not None and not result.diverged and trainer.is_global_zero:
@@ -350,6 +349,7 @@ class _Monitor(pl.Callback):
         self.in_spike = False
         self.steps = 0
         self.eval_time = 0.0
+        self.train_time = 0.0
         self.last_loss: float | None = None
         self.t0 = time.perf_counter()
         self.log_every = max(1, train.steps // 200)
@@ -388,7 +388,7 @@ class _Monitor(pl.Callback):
 
     def on_train_start(self, trainer, module):
         self._evaluate(trainer, module, 0)
-        self.t0 = time.perf_counter()
+        self.t0, self.eval_time = time.perf_counter(), 0.0  # throughput is timed from here
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
@@ -419,6 +419,8 @@ class _Monitor(pl.Callback):
             self.progress.update(step, loss, step * self.tokens_per_step / elapsed)
 
     def on_train_end(self, trainer, module):
+        # Steady-state training throughput: from the first step to the last, evaluations excluded.
+        self.train_time = time.perf_counter() - self.t0 - self.eval_time
         # A run stopped early by divergence keeps its curve; one stopped by pruning is scored at
         # its last evaluation. Make sure a finished run ends on an evaluation.
         if not self.r.diverged and not self.r.pruned and (not self.r.curve or self.r.curve[-1]["step"] != self.steps):
