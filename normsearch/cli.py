@@ -162,7 +162,11 @@ def run(
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL or journal file shared by workers "
                                           "(default: SQLite in results/<name>/)."),
     name: Optional[str] = typer.Option(None, help="Study name (default: the recipe's)."),
+    devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1,2,3: one worker per GPU (per "
+                                          "train.devices GPUs when a trial spans several), progress shown together."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
+    worker_index: int = typer.Option(0, hidden=True, help="Offset of this worker's sampler seed."),
+    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
 ):
     """Run the search: baselines first, then searched placements, until the recipe's trials are done.
 
@@ -176,14 +180,78 @@ def run(
     extra = list(ctx.args) + (["--name", name] if name else [])
     r = load_recipe(recipe, extra)
     _setup_logging(verbose)
+    if devices is not None:
+        _run_on_devices(recipe, extra, r, devices, storage, verbose)
+        return
+    from .progress import JsonLines
+
+    display = JsonLines(progress_json) if progress_json else TrialBar(study=r.name)
     try:
-        with TrialBar(study=r.name) as bar:
-            handle = run_study(r, storage=storage, display=bar, verbose=verbose)
+        with display as bar:
+            handle = run_study(r, storage=storage, display=bar, verbose=verbose, seed_offset=worker_index)
     except StudyInterrupted:
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
         raise typer.Exit(130) from None
-    _print_report(handle, handle.folder, DEFAULT_AGAINST)
+    if not progress_json:
+        _print_report(handle, handle.folder, DEFAULT_AGAINST)
+
+
+def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
+    """One worker process per GPU (or per group of train.devices GPUs), all on one study, their
+    progress shown together; then the report."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    import torch
+
+    from .progress import WorkersView
+    from .ranking import DEFAULT_AGAINST
+    from .study import open_results
+
+    try:
+        ids = [int(x) for x in devices.split(",") if x.strip()]
+    except ValueError:
+        raise NormsearchError(f"--devices {devices!r}: give GPU ids separated by commas, e.g. 0,1,2,3") from None
+    per = r.train.devices
+    if not ids or len(ids) % per:
+        raise NormsearchError(f"--devices {devices}: {len(ids)} GPUs do not split into workers of train.devices={per}")
+    available = torch.cuda.device_count()
+    if available and max(ids) >= available:
+        raise NormsearchError(f"--devices {devices}: this machine has {available} CUDA devices (0..{available - 1})")
+    groups = [ids[i:i + per] for i in range(0, len(ids), per)]
+    if not available:
+        typer.echo(f"warning: no CUDA device here: {len(groups)} workers run on the CPU", err=True)
+    url = storage or r.storage_url
+    names = [f"gpu{','.join(map(str, g))}" for g in groups]
+    procs = []
+    for i, (g, worker) in enumerate(zip(groups, names)):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, g))}
+        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe), *extra, "--storage", url,
+               "--worker-index", str(i), "--progress-json", worker] + (["--verbose"] if verbose else [])
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    with WorkersView(r.name, names) as view:
+        readers = [threading.Thread(target=lambda p=p: [view.handle(line) for line in p.stdout], daemon=True)
+                   for p in procs]
+        for t in readers:
+            t.start()
+        try:
+            codes = [p.wait() for p in procs]
+        except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them mark their trials
+            codes = [p.wait() for p in procs]
+        for t in readers:
+            t.join(timeout=5)
+    if any(c == 130 for c in codes):
+        typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
+                   err=True)
+        raise typer.Exit(130)
+    if any(codes):
+        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
+                              f"{codes}); their errors are above; finished trials are kept")
+    handle = open_results(None, url, r.name)
+    _print_report(handle, r.folder, DEFAULT_AGAINST)
 
 
 @app.command()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -271,6 +272,12 @@ def run_trial(
         label = label or placement
         placement = baseline(placement)
     label = label or placement.name
+    if train.devices > 1 and "LOCAL_RANK" not in os.environ:
+        if train.strategy == "fsdp" and _accelerator(train) == "cpu":
+            raise NormsearchError("train.strategy fsdp needs CUDA GPUs; use train.strategy: ddp on CPU")
+        return _run_distributed(placement, model, data, train, seed=seed, lr=lr, checkpoint=checkpoint,
+                                verbose=verbose, label=label, progress=progress)
+    rank, world = int(os.environ.get("RANK", 0)), train.devices
     tokens = tokens if tokens is not None else load_tokens(data)
     if tokens.vocab_size > model.vocab_size:
         raise NormsearchError(
@@ -298,9 +305,10 @@ def run_trial(
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = _Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,
-                           tokens_per_step=train.batch_size * model.context_length)
+                           tokens_per_step=train.batch_size * model.context_length * world)
+        data_seed = seed if world == 1 else seed * 1000 + rank  # each rank its own batches
         loader = torch.utils.data.DataLoader(
-            _Batches(tokens, model.context_length, train.batch_size, seed), batch_size=None,
+            _Batches(tokens, model.context_length, train.batch_size, data_seed), batch_size=None,
             num_workers=0, pin_memory=accelerator == "gpu",
         )
         trainer = pl.Trainer(
@@ -330,9 +338,76 @@ def run_trial(
 
 
 def _strategy(train: TrainConfig):
-    if train.strategy == "auto" or train.devices == 1:
+    if train.devices == 1:
         return "auto"
-    return train.strategy
+    if train.strategy == "fsdp":
+        return "fsdp"
+    from lightning.pytorch.strategies import DDPStrategy
+
+    backend = "nccl" if _accelerator(train) == "gpu" else "gloo"
+    return DDPStrategy(process_group_backend=backend)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, queue, kwargs: dict) -> None:
+    """One process of a trial on several devices. Lightning sees LOCAL_RANK and does not launch
+    processes itself; rank 0 sends the result back."""
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+                       "RANK": str(rank), "LOCAL_RANK": str(rank), "NODE_RANK": "0"})
+    try:
+        result = run_trial(**kwargs)
+        if rank == 0:
+            queue.put(("ok", result.to_dict()))
+    except BaseException as e:  # the parent turns it into an error of its own
+        queue.put(("error", f"rank {rank}: {type(e).__name__}: {e}", isinstance(e, NormsearchError)))
+        raise SystemExit(1) from None
+
+
+def _run_distributed(placement, model, data, train, *, seed, lr, checkpoint, verbose, label, progress):
+    """A trial on ``train.devices`` devices (DDP or FSDP). The caller decided the architecture; every
+    rank trains that one, and only rank 0's result comes back (so only it reaches the study).
+    Pruning is not available here: the ranks run in their own processes."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    kwargs = {"placement": placement, "model": model, "data": data, "train": train, "seed": seed, "lr": lr,
+              "checkpoint": checkpoint, "verbose": verbose, "label": label}
+    if progress:
+        progress.start(f"{label} on {train.devices} devices ({train.strategy})", train.steps)
+    procs = [ctx.Process(target=_rank_main, args=(r, train.devices, port, queue, kwargs), daemon=False)
+             for r in range(train.devices)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        raise
+    messages = []
+    while not queue.empty():
+        messages.append(queue.get())
+    errors = [m for m in messages if m[0] == "error"]
+    if errors:
+        kind = NormsearchError if errors[0][2] else RuntimeError
+        raise kind(errors[0][1])
+    ok = [m[1] for m in messages if m[0] == "ok"]
+    if len(ok) != 1 or any(p.exitcode for p in procs):
+        raise RuntimeError(f"a distributed trial ended without a result (exit codes {[p.exitcode for p in procs]})")
+    result = TrialResult.from_dict(ok[0])
+    if progress:
+        progress.end(result)
+    return result
 
 
 class _Monitor(pl.Callback):
@@ -399,12 +474,16 @@ class _Monitor(pl.Callback):
             self.r.train_loss.append([step, loss])
         if self.first_loss is None:
             self.first_loss = loss
+        reason = None
         if not math.isfinite(loss):
-            self._diverge(trainer, step, "train loss is NaN or infinite")
-            return
-        if loss > self.train.diverge_factor * self.first_loss:
-            self._diverge(trainer, step, f"train loss {loss:.3g} > {self.train.diverge_factor:g} x first loss "
-                                         f"{self.first_loss:.3g}")
+            reason = "train loss is NaN or infinite"
+        elif loss > self.train.diverge_factor * self.first_loss:
+            reason = f"train loss {loss:.3g} > {self.train.diverge_factor:g} x first loss {self.first_loss:.3g}"
+        if trainer.world_size > 1:  # every rank stops together, or DDP hangs
+            if trainer.strategy.reduce_boolean_decision(reason is not None, all=False) and reason is None:
+                reason = "the loss diverged on another device"
+        if reason is not None:
+            self._diverge(trainer, step, reason)
             return
         if self.ema is not None and step > 10:
             spike = loss > self.train.spike_factor * self.ema
