@@ -38,7 +38,7 @@ def test_fsdp_on_cpu_is_a_clear_error():
 
 def test_a_study_whose_trials_span_two_processes(tmp_path):
     recipe = write_tiny_recipe(tmp_path, name="ddp", trials=1, steps=6)
-    r = runner.invoke(app, ["run", str(recipe), "--train.devices", "2", "--train.strategy", "ddp",
+    r = runner.invoke(app, ["run", str(recipe), "--train.devices", "2", "--train.strategy", "ddp", "--train.seeds", "[0]",
                             "--train.eval_every", "3", "--train.warmup", "1"])
     assert r.exit_code == 0, r.output
     handle = open_results(tmp_path / "results" / "ddp")
