@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -322,7 +323,7 @@ def run_trial(
         if progress:
             progress.start(label or result.arch_id, train.steps)
         start = time.perf_counter()
-        trainer.fit(module, train_dataloaders=loader)
+        _fit(trainer, module, loader)
         result.wall_time = time.perf_counter() - start
         result.steps = monitor.steps
         result.tokens_per_s = monitor.steps * monitor.tokens_per_step / max(monitor.train_time, 1e-9)
@@ -335,6 +336,20 @@ def run_trial(
     if progress:
         progress.end(result)
     return result
+
+
+def _fit(trainer, module, loader) -> None:
+    """``trainer.fit``, except that Ctrl-C stays a KeyboardInterrupt: Lightning catches it, ignores
+    SIGINT from then on and exits the process with code 1, which would leave the study no chance to
+    mark the trial for a rerun."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, train_dataloaders=loader)
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        signal.signal(signal.SIGINT, handler)
+        raise KeyboardInterrupt from None
 
 
 def _strategy(train: TrainConfig):

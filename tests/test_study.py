@@ -247,3 +247,48 @@ def test_status_and_missing_study(tmp_path):
     assert r.exit_code == 2 and "no such results folder" in r.output
     r = runner.invoke(app, ["run", str(tiny_recipe(tmp_path, name="st", trials=1)), "--storage", "postgresql://u:pw@127.0.0.1:1/db"])
     assert r.exit_code == 2 and "cannot open storage postgresql://u:***@127.0.0.1:1/db" in r.output
+
+
+def test_ctrl_c_marks_the_trial_for_a_rerun(tmp_path):
+    recipe = tiny_recipe(tmp_path, name="intr", steps=40, trials=1)
+    db = tmp_path / "results" / "intr" / "study.db"
+    proc = _cli("run", recipe)
+    try:
+        _wait_for(lambda: _running_with_a_finished_run(db), what="a trial halfway")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted: finished trials are kept; run the same command to resume" in err
+    assert "Traceback" not in err
+    study = open_results(tmp_path / "results" / "intr").study
+    failed = [t for t in study.get_trials() if t.state.name == "FAIL"]
+    assert len(failed) == 1 and failed[0].user_attrs["failure"] == "interrupted (Ctrl-C)"
+    retries = [t for t in study.get_trials() if t.state.name == "WAITING" and "failed_trial" in t.system_attrs]
+    assert len(retries) == 1 and retries[0].system_attrs["failed_trial"] == failed[0].number
+    assert retries[0].user_attrs.get("baseline") == failed[0].user_attrs.get("baseline")
+    run_study(load_recipe(recipe))  # the resume reruns it
+    assert all(n == 1 for n in trained_per_arch(study).values())
+    assert census(study).searched_done == 1
+
+
+@pytest.mark.parametrize("changes", [
+    {"search.sampler": "gp"},
+    {"search.sampler": "grid"},
+    {"search.pruner": "median"},
+    {"search.pruner": "hyperband"},
+    {"search.sampler": "nsga2", "search.second_objective": "params"},
+    {"search.objective": "robust", "search.second_objective": "throughput"},
+])
+def test_samplers_pruners_and_objectives(tmp_path, changes):
+    handle = run_study(load_recipe(tiny_recipe(tmp_path, name="opt", trials=2), changes))
+    c = census(handle.study)
+    assert c.searched_done == 2 and len(c.baselines_done) == 2
+    n_values = 2 if "search.second_objective" in changes else 1
+    for t in handle.study.get_trials():
+        if t.state.name == "COMPLETE":
+            assert len(t.values) == n_values
+        if t.state.name == "PRUNED":  # stopped at a reported training step, its runs kept
+            assert t.intermediate_values and t.user_attrs.get("runs")
