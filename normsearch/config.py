@@ -145,7 +145,9 @@ class ModelConfig:
     context_length: int = 128
     rope: bool = True  # rotary positions; false: learned absolute position embeddings
     rope_theta: float = 10000.0
-    tie_embeddings: bool = True
+    # untied by default: with the GPT init, a tied head stalls Post-LN at the unigram loss at every
+    # learning rate we tried (results/repro), which would make it an unfair baseline
+    tie_embeddings: bool = False
     dropout: float = 0.0
     init: Literal["gpt", "small"] = "gpt"  # gpt: N(0, 0.02), residual projections / sqrt(2L); small: N(0, 2/(5d))
     init_std: float = 0.02

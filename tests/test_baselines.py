@@ -48,7 +48,7 @@ def test_sites_per_block(name):
 
 # -- the equations -------------------------------------------------------------------------------
 
-CFG = ModelConfig(vocab_size=50, n_layers=L, d_model=24, n_heads=3, context_length=12, rope=True)
+CFG = ModelConfig(vocab_size=50, n_layers=L, d_model=24, n_heads=3, context_length=12, rope=True, tie_embeddings=True)
 
 
 def norm_ref(x, mod, group=None):

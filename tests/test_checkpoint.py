@@ -12,7 +12,7 @@ from normsearch.errors import NormsearchError
 from normsearch.exporter import model_source
 from normsearch.model import build_model
 
-CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8)
+CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8, tie_embeddings=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

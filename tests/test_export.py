@@ -25,7 +25,7 @@ from normsearch.model import build_model
 from normsearch.norms import NORM_KINDS, NormKind, register_norm
 from normsearch.spec import BLOCK_SITES, Placement
 
-CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8)
+CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8, tie_embeddings=True)
 
 
 @pytest.fixture(autouse=True, scope="module")
