@@ -11,6 +11,7 @@ Studies are plain Optuna studies: the ``optuna`` command line and optuna-dashboa
 from __future__ import annotations
 
 import logging
+import os
 import random
 import re
 import time
@@ -62,16 +63,35 @@ def open_storage(url: str):
         engine_kwargs = {"connect_args": {"timeout": 60}}
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        except ImportError as e:
+            raise NormsearchError(f"storage {mask(url)}: the database driver is missing ({e}); "
+                                  f"for PostgreSQL: pip install 'normsearch[postgres]'") from None
+        except Exception as e:  # sqlalchemy errors: unreachable, refused, bad URL
+            if attempt < 4 and _creation_race(e):  # workers that start together on an empty database
+                time.sleep(0.5 + random.random())
+                continue
+            raise NormsearchError(f"cannot open storage {mask(url)}: {_reason(e)}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _creation_race(e: BaseException) -> bool:
+    """Two processes created Optuna's tables at once (SQLite: 'table studies already exists';
+    PostgreSQL: a duplicate key in pg_type); the loser only has to open the storage again."""
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    except ImportError as e:
-        raise NormsearchError(f"storage {mask(url)}: the database driver is missing ({e}); "
-                              f"for PostgreSQL: pip install 'normsearch[postgres]'") from None
-    except Exception as e:  # sqlalchemy errors: unreachable, refused, bad URL
-        raise NormsearchError(f"cannot open storage {mask(url)}: {_reason(e)}") from None
+        from sqlalchemy import exc as sa
+    except ImportError:  # pragma: no cover
+        return False
+    text = str(e)
+    return isinstance(e, sa.SQLAlchemyError) and ("already exists" in text or "duplicate key" in text)
 
 
 def _reason(e: BaseException) -> str:
+    cause = e.__cause__
+    if cause is not None and type(e).__name__ == "StorageInternalError":  # Optuna's wrapper: say why
+        e = cause
     text = str(getattr(e, "orig", None) or e).strip().splitlines()
     text = [t.strip() for t in text if t.strip()]
     first = text[0] if text else type(e).__name__
@@ -96,17 +116,48 @@ def transient(e: BaseException) -> bool:
         return True
     if isinstance(e, sa.DBAPIError) and e.connection_invalidated:
         return True
-    return isinstance(e, optuna.exceptions.StorageInternalError) or isinstance(e, (ConnectionError, TimeoutError))
+    if isinstance(e, optuna.exceptions.StorageInternalError):
+        # Optuna wraps every database error of a session in this; judge by what it wraps
+        return True if e.__cause__ is None else transient(e.__cause__)
+    return isinstance(e, (ConnectionError, TimeoutError))
 
 
-def retry(fn: Callable[[], T], what: str, patience: float = 300.0) -> T:
+_last_trouble = 0.0  # time.monotonic() of this process's last transient storage error
+
+
+def note_trouble() -> None:
+    """Record that the storage just failed in a way worth retrying (see :func:`last_trouble`)."""
+    global _last_trouble
+    _last_trouble = time.monotonic()
+
+
+def last_trouble() -> float:
+    """When (``time.monotonic()``) this process last met a transient storage error; 0.0 if never.
+    Another worker's heartbeat that stood still across that time may have been held back by the
+    same outage."""
+    return _last_trouble
+
+
+def default_patience() -> float:
+    """How long a storage operation is retried: ``$NORMSEARCH_STORAGE_PATIENCE`` seconds, else 300."""
+    try:
+        return float(os.environ.get("NORMSEARCH_STORAGE_PATIENCE") or 300.0)
+    except ValueError:
+        raise NormsearchError("NORMSEARCH_STORAGE_PATIENCE must be a number of seconds") from None
+
+
+def retry(fn: Callable[[], T], what: str, patience: float | None = None) -> T:
     """Run a storage operation; on a transient error wait (exponential backoff with jitter, up to
-    ``patience`` seconds in all) and try again. Anything else, or running out of patience, raises."""
+    ``patience`` seconds in all, default :func:`default_patience`) and try again. Anything else, or
+    running out of patience, raises: a storage that stays unreachable is a NormsearchError."""
+    patience = default_patience() if patience is None else patience
     delay, waited = 0.5, 0.0
     while True:
         try:
             return fn()
         except Exception as e:
+            if transient(e):
+                note_trouble()
             if not transient(e) or waited >= patience:
                 if transient(e):
                     raise NormsearchError(f"storage unreachable for {waited:.0f} s while trying to {what}: "

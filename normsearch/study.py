@@ -10,8 +10,11 @@ trained exactly as the baselines are. The loop is Optuna's ask-and-tell, run by 
   reuses the stored result, and a proposal of an architecture another worker is training waits
   for it;
 - a trial whose worker died (kill -9, power loss, lost machine) is detected, by its process being
-  gone on this host or by a heartbeat older than ``search.grace`` seconds, marked failed and
+  gone on this host or by a heartbeat that stopped for ``search.grace`` seconds, marked failed and
   retried; Ctrl-C marks the interrupted trial so that the next run redoes it;
+- a storage that goes away mid-run (the database restarts) is waited for: every read and write of
+  the study is retried with backoff (:func:`normsearch.storage.retry`), the heartbeat keeps
+  trying, and a worker does not take another's trial for dead across such an outage;
 - every finished run is written to ``results/<name>/runs/`` before it is sent to storage, and a
   run of ``normsearch run`` sends storage whatever it lacks.
 """
@@ -37,6 +40,7 @@ from .errors import NormsearchError
 from .recipe import Recipe
 from .scoring import Score, score_runs
 from .spec import Placement
+from . import storage as _storage
 from .storage import mask, open_storage, retry
 
 log = logging.getLogger("normsearch")
@@ -55,8 +59,16 @@ class StudyInterrupted(Exception):
     """Ctrl-C: the running trial was marked for a rerun; finished trials are kept."""
 
 
+def worker_host() -> str:
+    """This machine's name in worker ids: ``$NORMSEARCH_WORKER_HOST``, else the hostname. Set it where
+    machines share a hostname but not their processes (containers cloned from one image, pods with
+    host networking): a worker whose host name matches takes the process id for one on its own
+    machine, and a pid it cannot see for a dead worker."""
+    return os.environ.get("NORMSEARCH_WORKER_HOST") or socket.gethostname()
+
+
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{worker_host()}:{os.getpid()}"
 
 
 def run_key(seed: int, lr: float) -> str:
@@ -92,8 +104,48 @@ def make_sampler(recipe: Recipe, seed: int):
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if s.sampler == "grid":
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        return _grid_sampler(seed)
     return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, s.startup_trials))
+
+
+def _grid_sampler(seed: int):
+    """Optuna's brute-force sampler, made fit for this loop:
+
+    - the trials without parameters (baselines outside the space, trials another worker has just
+      asked for) are hidden from it: it takes a finished one for a point with no parameters and
+      fails (``param_name mismatch``) on every later proposal;
+    - it does not call ``study.stop()`` once the grid is covered: that only works inside
+      ``study.optimize`` (here it raises from ``tell``, after the trial was stored); when to stop
+      is the loop's business (``search.trials``)."""
+    import optuna
+
+    class WithParams:
+        def __init__(self, study, current: int):
+            self._study, self._current = study, current
+
+        def __getattr__(self, name):
+            return getattr(self._study, name)
+
+        @property
+        def _storage(self):
+            return self
+
+        @property
+        def _study_id(self):
+            return self._study._study_id
+
+        def get_all_trials(self, study_id, deepcopy=False, states=None):
+            trials = self._study._storage.get_all_trials(study_id, deepcopy=deepcopy, states=states)
+            return [t for t in trials if t.params or t.number == self._current]
+
+    class GridSampler(optuna.samplers.BruteForceSampler):
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            return super().sample_independent(WithParams(study, trial.number), trial, param_name, param_distribution)
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return GridSampler(seed=seed)
 
 
 def make_pruner(recipe: Recipe):
@@ -254,7 +306,7 @@ def _alive_here(worker: str | None) -> bool | None:
     if not worker or ":" not in worker:
         return None
     host, _, pid = worker.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
+    if host != worker_host() or not pid.isdigit():
         return None
     if int(pid) == os.getpid():
         return True
@@ -267,19 +319,50 @@ def _alive_here(worker: str | None) -> bool | None:
     return True
 
 
-def reap_dead_trials(study, grace: float) -> list[int]:
-    """Fail the running trials whose worker is gone (its process on this host no longer exists, or
-    no heartbeat for ``grace`` seconds) and enqueue each for a retry. Returns their numbers."""
+# trial -> (the heartbeat last read, when this process first read that value; time.monotonic())
+_watched: dict[tuple, tuple[float, float]] = {}
+
+
+def _silent_for(study, t, beat: float, now: float) -> float:
+    """How long this process has watched the trial's heartbeat stand still, not counting time
+    before this process's own last storage trouble (a worker cannot beat while the database is
+    down, so an outage is no evidence of death)."""
+    key = (study.study_name, t._trial_id)
+    seen = _watched.get(key)
+    if seen is None or seen[0] != beat:
+        _watched[key] = (beat, now)
+        return 0.0
+    return now - max(seen[1], _storage.last_trouble())
+
+
+def reap_dead_trials(study, grace: float, heartbeat: float | None = None) -> list[int]:
+    """Fail the running trials whose worker is gone and enqueue each for a retry. Returns their
+    numbers. A worker on this host is gone when its process is; one elsewhere when its heartbeat is
+    ``grace`` seconds old and has not moved while this process watched it for twice the heartbeat
+    interval (``heartbeat``, default ``grace / 2``): the second condition makes the verdict immune
+    to clocks that disagree between machines and to a database outage that held the heartbeat
+    back."""
     from optuna.trial import TrialState
 
+    confirm = 2 * heartbeat if heartbeat else grace / 2
     reaped = []
-    for t in census(study).running:
+    running = census(study).running
+    ids = {t._trial_id for t in running}
+    for key in [k for k in _watched if k[0] == study.study_name and k[1] not in ids]:
+        del _watched[key]  # finished since
+    for t in running:
         ua = t.user_attrs
         alive = _alive_here(ua.get(A_WORKER))
-        last = ua.get(A_HEARTBEAT) or (t.datetime_start.timestamp() if t.datetime_start else time.time())
-        if alive is True or (alive is None and time.time() - last < grace):
+        if alive is True:
             continue
-        why = "its process is gone" if alive is False else f"no heartbeat for {time.time() - last:.0f} s"
+        if alive is None:
+            last = ua.get(A_HEARTBEAT) or (t.datetime_start.timestamp() if t.datetime_start else time.time())
+            watched = _silent_for(study, t, last, time.monotonic())
+            if time.time() - last < grace or watched < confirm:
+                continue
+            why = f"no heartbeat for {time.time() - last:.0f} s"
+        else:
+            why = "its process is gone"
         try:  # the reason first: a finished trial takes no more attributes
             retry(lambda t=t, why=why: study._storage.set_trial_user_attr(t._trial_id, A_FAILED, f"dead worker: {why}"),
                   "record a dead trial")
@@ -289,6 +372,7 @@ def reap_dead_trials(study, grace: float) -> list[int]:
             if type(e).__name__ == "UpdateFinishedTrialError":
                 continue
             raise
+        _watched.pop((study.study_name, t._trial_id), None)
         if ok:
             _enqueue_retry(study, t)
             reaped.append(t.number)
@@ -321,16 +405,21 @@ class Heartbeat:
         self.thread = threading.Thread(target=self._beat, daemon=True, name="normsearch-heartbeat")
 
     def _beat(self):
-        while not self.stopped.wait(self.interval):
+        wait = self.interval
+        while not self.stopped.wait(wait):
             try:
                 self.study._storage.set_trial_user_attr(self.trial_id, A_HEARTBEAT, time.time())
+                wait = self.interval
             except Exception as e:  # a missed beat is not fatal; a finished trial ends the loop
                 if type(e).__name__ == "UpdateFinishedTrialError":
                     return
+                _storage.note_trouble()
+                wait = min(self.interval, 1.0)  # the database is back soon: beat as soon as it is
                 log.debug("heartbeat failed: %s", e)
 
     def __enter__(self):
-        self.study._storage.set_trial_user_attr(self.trial_id, A_HEARTBEAT, time.time())
+        retry(lambda: self.study._storage.set_trial_user_attr(self.trial_id, A_HEARTBEAT, time.time()),
+              "write the heartbeat")
         self.thread.start()
         return self
 
@@ -418,7 +507,7 @@ class _Search:
         errors = 0
         proposals_without_news = 0
         while True:
-            reap_dead_trials(self.study, self.r.search.grace)
+            reap_dead_trials(self.study, self.r.search.grace, self.r.search.heartbeat)
             c = census(self.study)
             self.show(c)
             need = self.need(c)
@@ -453,14 +542,16 @@ class _Search:
     def _fail(self, trial, why: str, retry_it: bool):
         from optuna.trial import TrialState
 
-        try:
-            _set_attrs(self.study, trial._trial_id, {A_FAILED: why})
-            retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "mark the trial failed")
-        except Exception as e:  # the trial was already finished by someone else
+        short = min(10.0, _storage.default_patience())
+        try:  # briefly: when the storage is what failed, the trial is reaped as dead later
+            retry(lambda: self.study._storage.set_trial_user_attr(trial._trial_id, A_FAILED, why),
+                  "mark the trial failed", patience=short)
+            retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "mark the trial failed", patience=short)
+            if retry_it:
+                _enqueue_retry(self.study, retry(lambda: self.study._storage.get_trial(trial._trial_id), "read",
+                                                 patience=short))
+        except Exception as e:  # the trial was already finished by someone else, or the storage is gone
             log.debug("could not mark trial %d failed: %s", trial.number, e)
-            return
-        if retry_it:
-            _enqueue_retry(self.study, self.study._storage.get_trial(trial._trial_id))
 
     def evaluate(self, trial) -> str:
         """Propose, deduplicate, train, store. Returns 'trained', 'reused' or 'surplus'."""
@@ -471,15 +562,16 @@ class _Search:
         L = self.r.model.n_layers
         if name:
             placement = get_baseline(name, self.r.search.norm_kind)
-            fixed = self.study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params")
+            system = retry(lambda: self.study._storage.get_trial_system_attrs(trial._trial_id), "read the trial")
+            fixed = system.get("fixed_params")
             if self.r.space is not None and fixed:
-                proposed = self.r.space.suggest(trial)
+                proposed = self._suggest(trial)
                 if proposed.arch_id(L) != placement.arch_id(L):  # the space's point must be the baseline
                     raise NormsearchError(f"baseline {name} is not the point of the space it was enqueued as")
         else:
             if self.r.space is None:
                 raise NormsearchError("the recipe has no `space` but search.trials > 0; add a space or set trials: 0")
-            placement = self.r.space.suggest(trial)
+            placement = self._suggest(trial)
         arch = placement.arch_id(L)
         label = name or f"t{trial.number}"
         _set_attrs(self.study, trial._trial_id, {
@@ -497,7 +589,7 @@ class _Search:
                 break
             with Heartbeat(self.study, trial._trial_id, self.r.search.heartbeat):
                 time.sleep(min(2.0, self.r.search.heartbeat))
-            reap_dead_trials(self.study, self.r.search.grace)
+            reap_dead_trials(self.study, self.r.search.grace, self.r.search.heartbeat)
         if not name:  # a new searched architecture: is it one too many (a race between workers)?
             lower = [t for t in c.running if t.number < trial.number]
             in_flight = {t.user_attrs.get(A_ARCH) or f"?{t.number}" for t in lower if not t.user_attrs.get(A_BASELINE)}
@@ -518,15 +610,41 @@ class _Search:
         }
         _write_json(self.h.runs_dir / arch / "arch.json", record)  # on disk before it goes to storage
         attrs = {A_SCORE: record["score"], A_RUNS: record["runs"]}
-        _set_attrs(self.study, trial._trial_id, attrs)
         try:
+            _set_attrs(self.study, trial._trial_id, attrs)
             retry(lambda: self.study.tell(trial, values, state=state), "store the result")
-        except Exception as e:
-            if type(e).__name__ != "UpdateFinishedTrialError":
+        except NormsearchError:  # the storage stayed away: the result waits on disk for the next run
+            raise
+        except Exception:
+            now = retry(lambda: self.study._storage.get_trial(trial._trial_id), "read the trial")
+            if now.state == state:  # a retried write whose first attempt had gone through
+                return "trained"
+            if now.state != TrialState.FAIL:
                 raise
-            # another worker took this trial for dead while it ran: store the result as a new trial
-            _add_finished(self.study, record, {k: v for k, v in trial.user_attrs.items()})
+            # another worker took this trial for dead while it ran: store the result as a new trial,
+            # unless the architecture is done by now
+            log.warning("trial %d was taken for dead while it ran; storing its result as a new trial", trial.number)
+            if arch not in census(self.study).done:
+                _add_finished(self.study, record, {**now.user_attrs, **attrs})
         return "trained"
+
+    def _suggest(self, trial) -> Placement:
+        """The space's point for this trial. A storage error while its parameters are written is
+        retried; before each retry the trial's parameters are read back, so that a parameter whose
+        write did go through is kept (Optuna would sample it again)."""
+        attempts = [0]
+
+        def once():
+            if attempts[0]:
+                stored = self.study._storage.get_trial(trial._trial_id)
+                cached = getattr(trial, "_cached_frozen_trial", None)
+                if cached is not None:
+                    cached.params = dict(stored.params)
+                    cached.distributions = dict(stored.distributions)
+            attempts[0] += 1
+            return self.r.space.suggest(trial)
+
+        return retry(once, "store the trial's parameters")
 
     def _values(self, score: Score) -> list[float]:
         second = self.r.search.second_objective
@@ -564,8 +682,8 @@ class _Search:
             def on_eval(step, value, offset=offset):
                 if self.multi or not math.isfinite(value):
                     return False
-                trial.report(value, offset + step)
-                return trial.should_prune()
+                retry(lambda: trial.report(value, offset + step), "report an evaluation")
+                return retry(trial.should_prune, "ask the pruner")
 
             if path.is_file():
                 result = json.loads(path.read_text())
@@ -650,10 +768,17 @@ def sync_local_results(handle: StudyHandle) -> int:
     """Send storage the finished architectures that are on disk (``runs/*/arch.json``) but not in
     the study, e.g. because the database was down when they finished. Returns how many."""
     c = census(handle.study)
+    grace = handle.recipe.search.grace
+    # an architecture still in training elsewhere, or being stored right now by a live worker that
+    # shares this folder, is not sent: its worker stores it (or it is reaped and retried)
+    busy = {t.user_attrs.get(A_ARCH) for t in c.running
+            if _alive_here(t.user_attrs.get(A_WORKER)) is True
+            or (_alive_here(t.user_attrs.get(A_WORKER)) is None
+                and time.time() - (t.user_attrs.get(A_HEARTBEAT) or 0) < grace)}
     sent = 0
     for path in sorted(handle.runs_dir.glob("*/arch.json")):
         record = json.loads(path.read_text())
-        if record["arch_id"] in c.done or record["state"] != "COMPLETE":
+        if record["arch_id"] in c.done or record["arch_id"] in busy or record["state"] != "COMPLETE":
             continue
         runs = {}
         for key in record["runs"]:
