@@ -4,7 +4,7 @@ with ``normsearch run --devices``. The plumbing is what is tested here; GPUs are
 import pytest
 from typer.testing import CliRunner
 
-from conftest import write_tiny_recipe
+from tiny import write_tiny_recipe
 from normsearch.cli import app
 from normsearch.config import ModelConfig
 from normsearch.data import DataConfig

@@ -16,7 +16,7 @@ from normsearch.cli import app
 from normsearch.recipe import load_recipe
 from normsearch.study import A_ARCH, A_BASELINE, A_REUSED, census, open_results, run_study
 
-from conftest import write_tiny_recipe
+from tiny import write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 
