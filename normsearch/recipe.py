@@ -72,12 +72,6 @@ class TrainConfig:
         return [(s, lr) for lr in self.lr for s in self.seeds]
 
 
-SAMPLERS = ("tpe", "gp", "random", "grid", "nsga2")
-PRUNERS = ("none", "median", "halving", "hyperband")
-OBJECTIVES = ("mean", "robust")
-SECOND_OBJECTIVES = ("none", "params", "throughput")
-
-
 @dataclass(frozen=True)
 class SearchConfig:
     sampler: Literal["tpe", "gp", "random", "grid", "nsga2"] = "tpe"
@@ -105,6 +99,8 @@ class SearchConfig:
             raise NormsearchError(f"search.norm_kind: {unknown('norm kind', self.norm_kind, NORM_KINDS)}")
         if self.sampler == "nsga2" and self.second_objective == "none":
             raise NormsearchError("search.sampler nsga2 is for two objectives; set search.second_objective")
+        if self.pruner != "none" and self.second_objective != "none":
+            raise NormsearchError("pruning is for one objective; set search.pruner: none with a second objective")
         if self.grace <= 2 * self.heartbeat:
             raise NormsearchError("search.grace must be more than twice search.heartbeat")
 

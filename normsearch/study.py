@@ -91,21 +91,37 @@ def make_sampler(recipe: Recipe, seed: int):
     deprecated in Optuna 5 and left at their fixed behaviour."""
     import optuna
 
-    s = recipe.search
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if s.sampler == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=s.startup_trials, n_ei_candidates=24, multivariate=True, group=True,
-            constant_liar=True,
-        )
-    if s.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=s.startup_trials,
-                                         deterministic_objective=False)
-    if s.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if s.sampler == "grid":
-        return _grid_sampler(seed)
-    return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, s.startup_trials))
+    return SAMPLERS[recipe.search.sampler](recipe.search, seed)
+
+
+def _tpe(s, seed):
+    from optuna.samplers import TPESampler
+
+    return TPESampler(seed=seed, n_startup_trials=s.startup_trials, n_ei_candidates=24, multivariate=True,
+                      group=True, constant_liar=True)
+
+
+def _gp(s, seed):
+    from optuna.samplers import GPSampler
+
+    return GPSampler(seed=seed, n_startup_trials=s.startup_trials, deterministic_objective=False)
+
+
+def _random(s, seed):
+    from optuna.samplers import RandomSampler
+
+    return RandomSampler(seed=seed)
+
+
+def _nsga2(s, seed):
+    from optuna.samplers import NSGAIISampler
+
+    return NSGAIISampler(seed=seed, population_size=max(4, s.startup_trials))
+
+
+#: search.sampler -> (SearchConfig, seed) -> an Optuna sampler
+SAMPLERS = {"tpe": _tpe, "gp": _gp, "random": _random, "grid": lambda s, seed: _grid_sampler(seed), "nsga2": _nsga2}
 
 
 def _grid_sampler(seed: int):
@@ -149,19 +165,37 @@ def _grid_sampler(seed: int):
 
 
 def make_pruner(recipe: Recipe):
-    import optuna
+    """Pruners see a value at every evaluation, at its training step (run i of the sweep is offset by
+    i x train.steps), never per epoch."""
+    return PRUNERS[recipe.search.pruner](recipe)
 
-    p, t = recipe.search.pruner, recipe.train
-    total = t.steps * len(t.runs)
-    if p == "none":
-        return optuna.pruners.NopPruner()
-    if len(_directions(recipe)) > 1:
-        raise NormsearchError("pruning is for one objective; set search.pruner: none with a second objective")
-    if p == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=recipe.search.startup_trials, n_warmup_steps=t.eval_every)
-    if p == "halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=t.eval_every)
-    return optuna.pruners.HyperbandPruner(min_resource=t.eval_every, max_resource=total)
+
+def _median(r: Recipe):
+    from optuna.pruners import MedianPruner
+
+    return MedianPruner(n_startup_trials=r.search.startup_trials, n_warmup_steps=r.train.eval_every)
+
+
+def _halving(r: Recipe):
+    from optuna.pruners import SuccessiveHalvingPruner
+
+    return SuccessiveHalvingPruner(min_resource=r.train.eval_every)
+
+
+def _hyperband(r: Recipe):
+    from optuna.pruners import HyperbandPruner
+
+    return HyperbandPruner(min_resource=r.train.eval_every, max_resource=r.train.steps * len(r.train.runs))
+
+
+def _no_pruning(r: Recipe):
+    from optuna.pruners import NopPruner
+
+    return NopPruner()
+
+
+#: search.pruner -> (Recipe) -> an Optuna pruner; its resource is the training step
+PRUNERS = {"none": _no_pruning, "median": _median, "halving": _halving, "hyperband": _hyperband}
 
 
 def fingerprint(raw: dict) -> dict:

@@ -292,3 +292,14 @@ def test_samplers_pruners_and_objectives(tmp_path, changes):
             assert len(t.values) == n_values
         if t.state.name == "PRUNED":  # stopped at a reported training step, its runs kept
             assert t.intermediate_values and t.user_attrs.get("runs")
+
+
+def test_every_sampler_and_pruner_a_recipe_can_name_is_registered():
+    import typing
+
+    from normsearch.recipe import SearchConfig
+    from normsearch.study import PRUNERS, SAMPLERS
+
+    hints = typing.get_type_hints(SearchConfig)
+    assert set(typing.get_args(hints["sampler"])) == set(SAMPLERS)
+    assert set(typing.get_args(hints["pruner"])) == set(PRUNERS)
