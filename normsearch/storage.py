@@ -78,14 +78,16 @@ def open_storage(url: str):
 
 
 def _creation_race(e: BaseException) -> bool:
-    """Two processes created Optuna's tables at once (SQLite: 'table studies already exists';
-    PostgreSQL: a duplicate key in pg_type); the loser only has to open the storage again."""
+    """Two processes created Optuna's tables at once (SQLite: 'table studies already exists' or a
+    second row for alembic_version; PostgreSQL: a duplicate key in pg_type); the loser only has to
+    open the storage again."""
     try:
         from sqlalchemy import exc as sa
     except ImportError:  # pragma: no cover
         return False
     text = str(e)
-    return isinstance(e, sa.SQLAlchemyError) and ("already exists" in text or "duplicate key" in text)
+    races = ("already exists", "duplicate key", "UNIQUE constraint failed: alembic_version")
+    return isinstance(e, sa.SQLAlchemyError) and any(r in text for r in races)
 
 
 def _reason(e: BaseException) -> str:
