@@ -50,12 +50,7 @@ class TrialBar:
         self.progress.update(self.task, completed=step, info=f"loss {loss:.3f}  {tokens_per_s:,.0f} tok/s")
 
     def end(self, result) -> None:
-        if result.diverged:
-            info = f"[diverged at step {result.diverged_step}]"
-        elif result.pruned:
-            info = f"[pruned at step {result.steps}]"
-        else:
-            info = f"val {result.value:.4f} bits/byte  {result.tokens_per_s:,.0f} tok/s"
+        info = result.outcome() + ("" if result.diverged or result.pruned else f"  {result.tokens_per_s:,.0f} tok/s")
         self.progress.update(self.task, completed=result.steps, info=info)
 
 
@@ -88,8 +83,7 @@ class JsonLines:
         self._emit(event="update", step=step, loss=loss, tokens_per_s=tokens_per_s)
 
     def end(self, result) -> None:
-        self._emit(event="end", steps=result.steps, value=result.value, diverged=result.diverged,
-                   pruned=result.pruned, tokens_per_s=result.tokens_per_s)
+        self._emit(event="end", steps=result.steps, outcome=result.outcome())
 
 
 class WorkersView:
@@ -129,5 +123,4 @@ class WorkersView:
             self.progress.update(task, completed=e["step"],
                                  info=f"loss {e['loss']:.3f}  {e['tokens_per_s']:,.0f} tok/s")
         elif kind == "end":
-            info = "diverged" if e["diverged"] else "pruned" if e["pruned"] else f"val {e['value']:.4f} bits/byte"
-            self.progress.update(task, completed=e["steps"], info=info)
+            self.progress.update(task, completed=e["steps"], info=e["outcome"])

@@ -78,6 +78,13 @@ class TrialResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def outcome(self) -> str:
+        """'diverged at step 40', 'pruned at step 100: val 3.1234 bits/byte' or 'val 3.1234 bits/byte'."""
+        if self.diverged:
+            return f"diverged at step {self.diverged_step}"
+        val = f"val {self.curve[-1]['val_bpb'] if self.pruned else self.value:.4f} bits/byte"
+        return f"pruned at step {self.steps}: {val}" if self.pruned else val
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrialResult:
         known = cls.__dataclass_fields__
@@ -523,12 +530,11 @@ class _Monitor(pl.Callback):
 
 def summarize(result: TrialResult) -> str:
     """A few lines for the terminal."""
+    head = result.outcome()
     if result.diverged:
-        head = f"diverged at step {result.diverged_step}: {result.diverged_reason}"
-    elif result.pruned:
-        head = f"pruned at step {result.steps}: val {result.curve[-1]['val_bpb']:.4f} bits/byte"
-    else:
-        head = f"val {result.value:.4f} bits/byte after {result.steps} steps"
+        head += f": {result.diverged_reason}"
+    elif not result.pruned:
+        head += f" after {result.steps} steps"
     return "\n".join([
         f"{result.label or 'placement'} [{result.arch_id}] seed {result.seed}, lr {result.lr:g}: {head}",
         f"  {result.tokens_per_s:,.0f} tokens/s, {result.wall_time:.1f} s, {result.n_params:,} parameters "

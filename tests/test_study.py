@@ -109,19 +109,25 @@ def _running_with_a_finished_run(db: Path) -> bool:
     return rows[0] > 0
 
 
+def _signal_halfway(recipe, db: Path, sig):
+    """Start `normsearch run`, send ``sig`` once a trial has finished a run but not all of them;
+    returns the process and its stderr."""
+    proc = _cli("run", recipe)
+    try:
+        _wait_for(lambda: _running_with_a_finished_run(db), what="a trial halfway")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, err
+
+
 def test_resume_after_kill_9_mid_trial(tmp_path):
     """kill -9 while a trial is between its runs: the next run notices the dead worker, retries the
     trial, does not redo the finished run, and trains no architecture twice."""
     recipe = tiny_recipe(tmp_path, name="killed", steps=40, trials=1)
-    db = tmp_path / "results" / "killed" / "study.db"
-    proc = _cli("run", recipe)
-    try:
-        _wait_for(lambda: _running_with_a_finished_run(db), what="a trial halfway")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _signal_halfway(recipe, tmp_path / "results" / "killed" / "study.db", signal.SIGKILL)
     again = _cli("run", recipe)
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
@@ -251,15 +257,7 @@ def test_status_and_missing_study(tmp_path):
 
 def test_ctrl_c_marks_the_trial_for_a_rerun(tmp_path):
     recipe = tiny_recipe(tmp_path, name="intr", steps=40, trials=1)
-    db = tmp_path / "results" / "intr" / "study.db"
-    proc = _cli("run", recipe)
-    try:
-        _wait_for(lambda: _running_with_a_finished_run(db), what="a trial halfway")
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, err = _signal_halfway(recipe, tmp_path / "results" / "intr" / "study.db", signal.SIGINT)
     assert proc.returncode == 130, err
     assert "interrupted: finished trials are kept; run the same command to resume" in err
     assert "Traceback" not in err

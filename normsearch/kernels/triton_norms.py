@@ -42,6 +42,19 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
+def _load_input(X, H, S, offs, mask, HAS_RES: tl.constexpr):
+    """A block of rows of x, or with the add fused, of s = x + h (stored as the new stream). s is
+    rounded to the stream's dtype before it is normalised, exactly as torch's x + h then norm(s)
+    would be, so both outputs agree with the unfused computation."""
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    if HAS_RES:
+        s = (x.to(tl.float32) + tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
+        tl.store(S + offs, s, mask=mask)
+        x = s
+    return x
+
+
+@triton.jit
 def _norm_fwd_kernel(X, H, S, Y, W, B, MEAN, RSTD, M, N, eps,
                      IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -51,14 +64,7 @@ def _norm_fwd_kernel(X, H, S, Y, W, B, MEAN, RSTD, M, N, eps,
     mask = row_ok[:, None] & col_ok[None, :]
     offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
 
-    x = tl.load(X + offs, mask=mask, other=0.0)
-    if HAS_RES:
-        # s is rounded to the stream's dtype before it is normalised, exactly as torch's x + h then
-        # norm(s) would be, so both outputs agree with the unfused computation.
-        s = (x.to(tl.float32) + tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
-        tl.store(S + offs, s, mask=mask)
-        x = s
-    x = x.to(tl.float32)
+    x = _load_input(X, H, S, offs, mask, HAS_RES).to(tl.float32)
 
     if IS_RMS:
         xc = x
@@ -157,11 +163,7 @@ def _dyt_fwd_kernel(X, H, S, Y, ALPHA, W, B, M, N,
     mask = (rows < M)[:, None] & col_ok[None, :]
     offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
 
-    x = tl.load(X + offs, mask=mask, other=0.0)
-    if HAS_RES:
-        s = (x.to(tl.float32) + tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
-        tl.store(S + offs, s, mask=mask)
-        x = s
+    x = _load_input(X, H, S, offs, mask, HAS_RES)
     y, _ = _tanh(tl.load(ALPHA).to(tl.float32) * x.to(tl.float32))
     if HAS_W:
         y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
