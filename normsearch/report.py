@@ -232,6 +232,57 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def diagnostics_summary(ranking: Ranking) -> list[dict[str, Any]]:
+    """A few numbers per ranked architecture from the runs at its best learning rate (mean over
+    seeds): the residual-stream RMS after the last block at initialisation and at the end, its growth
+    from the first block's output to the last's at the end (Kim et al. 2025), the largest attention
+    logit at the end and at its peak (Wortsman et al. 2023), the last layer's FFN gradient norm over
+    the first's at initialisation (Xiong et al. 2020), and the loss spikes."""
+    from . import plots as P
+
+    out = []
+    for r in ranking.ranked:
+        runs = P.best_runs(r)
+        rms0, rms1 = P.mean_diagnostic(runs, "resid_rms", "first"), P.mean_diagnostic(runs, "resid_rms", "last")
+        g0 = P.mean_diagnostic(runs, "grad_norm", "first")
+        logit1 = P.mean_diagnostic(runs, "max_logit", "last")
+        peaks = [max(max(d["max_logit"]) for d in run.get("diagnostics") or [] if d.get("max_logit"))
+                 for run in runs if any(d.get("max_logit") for d in run.get("diagnostics") or [])]
+        out.append({
+            "label": r.label,
+            "resid_rms_last_init": rms0[-1] if rms0 else None,
+            "resid_rms_last_end": rms1[-1] if rms1 else None,
+            "resid_growth_end": rms1[-1] / rms1[1] if rms1 and len(rms1) > 1 and rms1[1] else None,
+            "max_logit_end": max(logit1) if logit1 else None,
+            "max_logit_peak": sum(peaks) / len(peaks) if peaks else None,
+            "grad_last_over_first_init": g0[-1] / g0[0] if g0 and g0[0] else None,
+            "spikes": sum(int(run.get("spikes") or 0) for run in runs),
+        })
+    return out
+
+
+def _diagnostics_section(ranking: Ranking) -> list[str]:
+    rows = diagnostics_summary(ranking)
+    if not rows:
+        return []
+    lines = ["## Diagnostics at a glance", "",
+             "From the runs at each architecture's best learning rate, mean over seeds: the RMS of the residual "
+             "stream after the last block at initialisation and at the end, and its growth from the first block's "
+             "output to the last's at the end (Kim et al. 2025); the largest attention logit at the end and at its "
+             "peak during training (Wortsman et al. 2023); the last layer's FFN gradient norm over the first's at "
+             "initialisation (> 1: gradient largest near the output, as Xiong et al. 2020 find for Post-LN); and "
+             "the loss spikes of those runs. The plots below show the full curves.", "",
+             "| label | stream RMS, init | stream RMS, end | growth over depth, end | max logit, end | "
+             "max logit, peak | grad last/first, init | spikes |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d in rows:
+        lines.append("| " + " | ".join([_md(d["label"]), _num(d["resid_rms_last_init"], "{:.3g}"),
+                                        _num(d["resid_rms_last_end"], "{:.3g}"), _num(d["resid_growth_end"], "{:.2f}x"),
+                                        _num(d["max_logit_end"], "{:.3g}"), _num(d["max_logit_peak"], "{:.3g}"),
+                                        _num(d["grad_last_over_first_init"], "{:.3g}"), str(d["spikes"])]) + " |")
+    return lines + [""]
+
+
 def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
                  importance: Importance | None = None, plots: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything in the report as plain data; ``rows`` carry the ranked table and the comparisons."""
@@ -248,6 +299,7 @@ def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
         "n_layers": ranking.n_layers,
         "cost": ranking.cost,
         "rows": [r.to_dict() for r in ranking.rows],
+        "diagnostics": diagnostics_summary(ranking),
         "site_effects": [asdict(e) for e in effects or []],
         "importance": asdict(importance) if importance is not None else None,
         "plots": plots or {},
@@ -590,6 +642,7 @@ def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Imp
         lines += ["No architecture has finished yet: nothing to rank.", ""]
     else:
         lines += _table(ranking) + _comparisons(ranking) + _sites_section(ranking, effects, importance)
+        lines += _diagnostics_section(ranking)
         lines += _plots_section(plots or {}, top)
     lines += _problems(ranking)
     return "\n".join(lines).rstrip() + "\n"

@@ -261,3 +261,23 @@ def test_robust_objective_report(tmp_path):
     assert "averaged over the whole learning-rate sweep" in md
     assert json.loads((tmp_path / "ranking.json").read_text())["objective"] == "robust"
     assert ARCHS  # the synthetic study's table is shared with test_ranking
+
+
+def test_diagnostics_at_a_glance(tmp_path):
+    from test_ranking import GROWTH
+
+    from normsearch.report import diagnostics_summary
+
+    ranking = write_report(build_study(), tmp_path)
+    rows = {d["label"]: d for d in diagnostics_summary(ranking)}
+    g = GROWTH["t3"]  # the synthetic diagnostics: rms 1 + g i (1 + s/100), logit 3 (1 + g s/50) - i, ...
+    t3 = rows["t3"]
+    assert t3["resid_rms_last_init"] == pytest.approx(1 + g * L)
+    assert t3["resid_rms_last_end"] == pytest.approx(1 + 2 * g * L)
+    assert t3["resid_growth_end"] == pytest.approx((1 + 2 * g * L) / (1 + 2 * g))
+    assert t3["max_logit_end"] == pytest.approx(3 * (1 + 2 * g)) == t3["max_logit_peak"]
+    assert t3["grad_last_over_first_init"] == pytest.approx((0.5 + g) / (0.5 + g * L))
+    assert list(rows) == [r.label for r in ranking.ranked]
+    md = (tmp_path / "report.md").read_text()
+    assert "## Diagnostics at a glance" in md and "| t3 |" in md.split("## Diagnostics at a glance")[1]
+    assert json.loads((tmp_path / "ranking.json").read_text())["diagnostics"][0]["label"] == ranking.ranked[0].label
