@@ -48,7 +48,7 @@ class Comparison:
         [0.010, 0.052], p = 0.004, paired t-test on 3 seeds)``."""
         if not self.compared:
             return f"{label} vs {self.against}: {self.verdict}."
-        stats = f"p = {format_p(self.p_value)}, paired t-test on {self.n} seeds"
+        stats = f"{format_p(self.p_value)}, paired t-test on {self.n} seeds"
         if self.verdict in ("better", "worse"):
             # the size of the gain (better) or loss (worse) as a positive number, with its interval
             sign = -1.0 if self.verdict == "better" else 1.0
@@ -179,11 +179,12 @@ def compare(row: Row, base: Row) -> Comparison:
 
 
 def format_p(p: float | None) -> str:
+    """'p = 0.036', 'p < 0.001', or 'no p-value'."""
     if p is None:
-        return "-"
+        return "no p-value"
     if p < 0.001:
-        return "< 0.001"
-    return f"{p:.3f}"
+        return "p < 0.001"
+    return f"p = {p:.3f}"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -485,10 +485,10 @@ def _verdict_line(ranking: Ranking, a: str) -> str:
         r, c = better[0]
         return (f"**{len(better)} of {len(compared)} found placement(s) beat `{a}` beyond noise**: "
                 f"{', '.join(r.label for r, _ in better)} (the best, {r.label}, by {-c.diff:.3f} {UNIT}, "
-                f"p = {format_p(c.p_value)}).")
+                f"{format_p(c.p_value)}).")
     r, c = compared[0]
     return (f"**No found placement beats `{a}` beyond noise** ({len(compared)} compared; the best, {r.label}, "
-            f"differs by {c.diff:+.3f} {UNIT}, p = {format_p(c.p_value)}: {c.verdict}).")
+            f"differs by {c.diff:+.3f} {UNIT}, {format_p(c.p_value)}: {c.verdict}).")
 
 
 def _summary(ranking: Ranking) -> list[str]:

@@ -345,3 +345,9 @@ def test_sqlite_study_and_results_folder(tmp_path):
     build_study(storage=url)
     r = rank(optuna.load_study(study_name="synth", storage=url))
     assert [x.label for x in r.ranked] == ["t3", "t5", "peri_ln", "hybridnorm", "pre_ln", "t4", "t6"]
+
+
+def test_p_values_read_as_sentences():
+    from normsearch.ranking import format_p
+
+    assert format_p(0.0361) == "p = 0.036" and format_p(0.0004) == "p < 0.001" and format_p(None) == "no p-value"
