@@ -7,6 +7,17 @@ import pytest
 os.environ["NORMSEARCH_CACHE"] = tempfile.mkdtemp(prefix="normsearch-test-cache-")
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: torch's threads only add overhead, and stall badly on a busy machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def tiny_config():
     from normsearch.config import ModelConfig

@@ -55,6 +55,16 @@ def _load_input(X, H, S, offs, mask, HAS_RES: tl.constexpr):
 
 
 @triton.jit
+def _affine(y, W, B, cols, col_ok, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """y * w + b, per column, in float32; either may be absent."""
+    if HAS_W:
+        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    if HAS_B:
+        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    return y
+
+
+@triton.jit
 def _norm_fwd_kernel(X, H, S, Y, W, B, MEAN, RSTD, M, N, eps,
                      IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -76,10 +86,7 @@ def _norm_fwd_kernel(X, H, S, Y, W, B, MEAN, RSTD, M, N, eps,
     tl.store(RSTD + rows, rstd, mask=row_ok)
 
     y = xc * rstd[:, None]
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = _affine(y, W, B, cols, col_ok, HAS_W, HAS_B)
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -165,10 +172,7 @@ def _dyt_fwd_kernel(X, H, S, Y, ALPHA, W, B, M, N,
 
     x = _load_input(X, H, S, offs, mask, HAS_RES)
     y, _ = _tanh(tl.load(ALPHA).to(tl.float32) * x.to(tl.float32))
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    y = _affine(y, W, B, cols, col_ok, HAS_W, HAS_B)
     tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
 
 
