@@ -63,7 +63,8 @@ def _placement(name_or_file: str, kind: str):
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise NormsearchError(f"{path}: no such spec file")
-        return Placement.load(path).with_name(Placement.load(path).name or path.stem), None
+        placement = Placement.load(path)
+        return placement.with_name(placement.name or path.stem), None
     p = baseline(name_or_file, kind)
     return p, BASELINES[name_or_file].source
 

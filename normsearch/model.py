@@ -70,11 +70,14 @@ class Norm(nn.Module):
         return ", ".join(f"{k}={v}" for k, v in self.spec.to_dict().items()) + f", kernels={self.kernels}"
 
 
+IDENTITY = NoNorm()  # stateless: one instance serves every call site that needs "no norm here"
+
+
 def make_norm(spec: NormSpec | None, dim: int, group: int | None = None, kernels: str = "torch") -> nn.Module:
     return NoNorm() if spec is None else Norm(spec, dim, group, kernels)
 
 
-def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module) -> tuple[Tensor, Tensor]:
+def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module = IDENTITY) -> tuple[Tensor, Tensor]:
     """The residual add and what follows it: ``x = post(x + h)`` (a post norm replaces the stream),
     then ``nxt(x)``, the next sublayer's input norm. Whichever norm directly follows the add runs
     fused with it."""
@@ -177,7 +180,7 @@ class Block(nn.Module):
         x, h = add_norm(x, h, n.attn_post, n.ffn_in)      # x = [attn_post](x + h); h = [ffn_in](x)
         h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
         h = n.ffn_out(h)                                  # [ffn_out]
-        x, _ = add_norm(x, h, n.ffn_post, NoNorm())       # x = [ffn_post](x + h)
+        x, _ = add_norm(x, h, n.ffn_post)                 # x = [ffn_post](x + h)
         return x
 
 
