@@ -7,6 +7,7 @@ costs nothing until a name is used (and ``normsearch --help`` never loads torch)
     ModelConfig, build_model the model that obeys a placement
     baselines                the named placements from the papers
     load_recipe, run_study   recipes and Optuna studies
+    train_run, RunResult     one training run (a seed at a learning rate) and what it produced
     rank                     ranking with confidence intervals and paired tests
     export, load_exported    standalone PyTorch modules of found architectures
 """
@@ -28,8 +29,10 @@ _API = {
     "register_norm": "norms",
     "NormKind": "norms",
     "load_recipe": "recipe",
-    "run_trial": "trial",
-    "run_study": "study",
+    "train_run": "train",
+    "run_trial": "train",  # the name before 0.2; kept for scripts that use it
+    "RunResult": "records",
+    "run_study": "search",
     "rank": "ranking",
     "export": "exporter",
     "load_exported": "exporter",

@@ -39,7 +39,7 @@ def bare_loop(placement, model_cfg, train, tokens, seed: int, lr: float, device)
     import torch.nn.functional as F
 
     from .model import build_model
-    from .trial import optimizer
+    from .train import optimizer
 
     torch.manual_seed(seed)
     model = build_model(placement, model_cfg).to(device)
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from .data import DataConfig, load_tokens
     from .model import build_model
     from .recipe import TrainConfig
-    from .trial import _diagnostics, evaluate, run_trial
+    from .train import _diagnostics, evaluate, train_run
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     bare, ours = [], []
     for i in range(args.repeats):
         runs = [("bare", lambda i=i: bare_loop(args.placement, model_cfg, train, tokens, i, 3e-3, device)),
-                ("ours", lambda i=i: run_trial(args.placement, model_cfg, data, train, seed=i, lr=3e-3,
+                ("ours", lambda i=i: train_run(args.placement, model_cfg, data, train, seed=i, lr=3e-3,
                                                tokens=tokens).tokens_per_s)]
         for name, fn in runs if i % 2 == 0 else runs[::-1]:
             (bare if name == "bare" else ours).append(fn())

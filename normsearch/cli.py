@@ -135,11 +135,11 @@ def train(
 
     r = load_recipe(recipe, ctx.args)
     p, _ = _placement(placement, r.search.norm_kind)
-    from .progress import TrialBar
-    from .trial import run_trial, summarize
+    from .progress import RunBar
+    from .train import summarize, train_run
 
-    with TrialBar() as bar:
-        result = run_trial(p, r.model, r.data, r.train, seed=r.train.seeds[0] if seed is None else seed,
+    with RunBar() as bar:
+        result = train_run(p, r.model, r.data, r.train, seed=r.train.seeds[0] if seed is None else seed,
                            lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
                            checkpoint=checkpoint)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
@@ -173,7 +173,7 @@ def run(
 
     Running it again resumes; running it on several processes or machines with one --storage makes
     them workers of one study. Any recipe field can be overridden: --search.trials 20."""
-    from .progress import TrialBar
+    from .progress import RunBar
     from .ranking import DEFAULT_AGAINST
     from .recipe import load_recipe
     from .study import StudyInterrupted, run_study
@@ -186,7 +186,7 @@ def run(
         return
     from .progress import JsonLines
 
-    display = JsonLines(progress_json) if progress_json else TrialBar(study=r.name)
+    display = JsonLines(progress_json) if progress_json else RunBar(study=r.name)
     try:
         with display as bar:
             handle = run_study(r, storage=storage, display=bar, verbose=verbose, seed_offset=worker_index)
@@ -351,9 +351,9 @@ def export_cmd(
 
     if steps is not None and steps < 1:
         raise NormsearchError("--steps must be >= 1")
-    from .progress import TrialBar
+    from .progress import RunBar
 
-    with TrialBar() as bar:
+    with RunBar() as bar:
         path = export(study, out, rank=rank, trial=trial, baseline=baseline, retrain=retrain, steps=steps,
                       storage=storage, study_name=study_name, overwrite=overwrite, progress=bar)
     typer.echo(f"exported to {path}: spec.yaml, model.py, model.safetensors, README.md")

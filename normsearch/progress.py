@@ -1,4 +1,4 @@
-"""Rich progress display: one bar per trial (step, loss, tokens/s), and a study line on top
+"""Rich progress display: one bar per run (step, loss, tokens/s), and a study line on top
 (trials done / total, best score so far against the best baseline)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
-class TrialBar:
-    """A :class:`normsearch.trial.Progress` that draws a rich bar per trial."""
+class RunBar:
+    """A :class:`normsearch.train.Progress` that draws a rich bar per run."""
 
     def __init__(self, console: Console | None = None, study: str | None = None):
         self.console = console or Console(stderr=True)
@@ -55,7 +55,7 @@ class TrialBar:
 
 
 class JsonLines:
-    """The same events as :class:`TrialBar`, one JSON object per line on stdout, for a parent
+    """The same events as :class:`RunBar`, one JSON object per line on stdout, for a parent
     process that shows several workers together (``normsearch run --devices``)."""
 
     def __init__(self, worker: str):

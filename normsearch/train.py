@@ -1,7 +1,7 @@
-"""One training trial: a placement, a seed and a learning rate, trained for a fixed budget on real
+"""One run: a placement, a seed and a learning rate, trained for a fixed budget on real
 text and scored on held-out text, with the diagnostics the papers use to explain a result.
 
-    result = run_trial(placement, model_cfg, data_cfg, train_cfg, seed=0, lr=3e-3)
+    result = train_run(placement, model_cfg, data_cfg, train_cfg, seed=0, lr=3e-3)
 
 Lightning (``lightning.pytorch``) runs the loop: AdamW, linear warmup then cosine (or linear or
 constant) decay, gradient clipping, a step budget. Evaluation and diagnostics run every
@@ -19,7 +19,6 @@ import os
 import signal
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -33,6 +32,7 @@ from .errors import NormsearchError
 from .kernels import resolve_backend, triton_version
 from .model import Transformer, build_model
 from .recipe import TrainConfig
+from .records import RunResult
 from .spec import BLOCK_SITES, Placement
 
 log = logging.getLogger("normsearch")
@@ -41,60 +41,10 @@ DIAG_WINDOWS = 8  # validation windows used for the gradient and logit diagnosti
 EVAL_BATCH = 32
 
 
-@dataclass
-class TrialResult:
-    """Everything one run produced. ``value`` is validation bits per byte at the end (None if the
-    run diverged)."""
-
-    arch_id: str
-    label: str | None
-    placement: dict
-    n_layers: int
-    seed: int
-    lr: float
-    value: float | None
-    metric: str = "val_bpb"
-    diverged: bool = False
-    diverged_step: int | None = None
-    diverged_reason: str | None = None
-    pruned: bool = False
-    spikes: int = 0
-    steps: int = 0  # steps actually trained
-    curve: list[dict] = field(default_factory=list)  # per evaluation: step, val_bpb, train_loss
-    train_loss: list[list[float]] = field(default_factory=list)  # [step, loss] every few steps
-    diagnostics: list[dict] = field(default_factory=list)  # per evaluation, see _diagnostics
-    wall_time: float = 0.0
-    tokens_per_s: float = 0.0
-    n_params: int = 0
-    n_norm_params: int = 0
-    precision: str = ""
-    kernels: str = ""
-    triton_version: str | None = None
-    device: str = ""
-    torch_version: str = torch.__version__
-    data_key: str = ""
-    bytes_per_token: float = 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def outcome(self) -> str:
-        """'diverged at step 40', 'pruned at step 100: val 3.1234 bits/byte' or 'val 3.1234 bits/byte'."""
-        if self.diverged:
-            return f"diverged at step {self.diverged_step}"
-        val = f"val {self.curve[-1]['val_bpb'] if self.pruned else self.value:.4f} bits/byte"
-        return f"pruned at step {self.steps}: {val}" if self.pruned else val
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-
 class Progress(Protocol):
     def start(self, label: str, total_steps: int) -> None: ...
     def update(self, step: int, loss: float, tokens_per_s: float) -> None: ...
-    def end(self, result: TrialResult) -> None: ...
+    def end(self, result: RunResult) -> None: ...
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,7 +79,7 @@ def optimizer(model: Transformer, train: TrainConfig, lr: float):
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(train))
 
 
-class TrialModule(pl.LightningModule):
+class RunModule(pl.LightningModule):
     """The model of one placement, its loss and its optimiser."""
 
     def __init__(self, model: Transformer, train: TrainConfig, lr: float):
@@ -256,7 +206,7 @@ def quiet(verbose: bool):
             lg.setLevel(lv)
 
 
-def run_trial(
+def train_run(
     placement: Placement | str,
     model: ModelConfig,
     data: DataConfig,
@@ -270,7 +220,7 @@ def run_trial(
     checkpoint: str | Path | None = None,
     verbose: bool = False,
     label: str | None = None,
-) -> TrialResult:
+) -> RunResult:
     """Train ``placement`` once and score it. ``on_eval(step, val_bpb)`` is called at every
     evaluation; returning True stops the run as pruned. ``checkpoint``: write the final weights
     (safetensors) there."""
@@ -301,15 +251,15 @@ def run_trial(
     with quiet(verbose):
         pl.seed_everything(seed, workers=False, verbose=False)
         net = build_model(placement, model, kernels=kernels)
-        module = TrialModule(net, train, lr)
+        module = RunModule(net, train, lr)
         device = torch.device("cuda" if accelerator == "gpu" else "cpu")
-        result = TrialResult(
+        result = RunResult(
             arch_id=net.arch_id, label=label, placement=placement.to_dict(), n_layers=model.n_layers,
             seed=seed, lr=lr, value=None, n_params=net.num_parameters(),
             n_norm_params=net.num_parameters(norms_only=True), precision=precision, kernels=kernels,
             triton_version=triton_version() if kernels == "triton" else None,
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
-            data_key=tokens.key, bytes_per_token=tokens.bytes_per_token,
+            data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = _Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,
@@ -384,7 +334,7 @@ def _rank_main(rank: int, world: int, port: int, queue, kwargs: dict) -> None:
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
                        "RANK": str(rank), "LOCAL_RANK": str(rank), "NODE_RANK": "0"})
     try:
-        result = run_trial(**kwargs)
+        result = train_run(**kwargs)
         if rank == 0:
             queue.put(("ok", result.to_dict()))
     except BaseException as e:  # the parent turns it into an error of its own
@@ -426,7 +376,7 @@ def _run_distributed(placement, model, data, train, *, seed, lr, checkpoint, ver
     ok = [m[1] for m in messages if m[0] == "ok"]
     if len(ok) != 1 or any(p.exitcode for p in procs):
         raise RuntimeError(f"a distributed trial ended without a result (exit codes {[p.exitcode for p in procs]})")
-    result = TrialResult.from_dict(ok[0])
+    result = RunResult.from_dict(ok[0])
     if progress:
         progress.end(result)
     return result
@@ -435,10 +385,10 @@ def _run_distributed(placement, model, data, train, *, seed, lr, checkpoint, ver
 class _Monitor(pl.Callback):
     """Records the loss every step, stops diverged runs, evaluates every ``eval_every`` steps."""
 
-    def __init__(self, result: TrialResult, train: TrainConfig, windows: torch.Tensor, bytes_per_token: float,
+    def __init__(self, result: RunResult, train: TrainConfig, windows: torch.Tensor, bytes_per_token: float,
                  precision: str, progress: Progress | None, on_eval, tokens_per_step: int):
         super().__init__()
-        self.r, self.train, self.windows, self.bpt = result, train, windows, bytes_per_token
+        self.result, self.train, self.windows, self.bpt = result, train, windows, bytes_per_token
         self.precision, self.progress, self.on_eval = precision, progress, on_eval
         self.tokens_per_step = tokens_per_step
         self.first_loss: float | None = None
@@ -469,18 +419,18 @@ class _Monitor(pl.Callback):
         bpb = bits_per_byte(loss, self.bpt)
         diag = _diagnostics(model, windows, autocast)
         model.train(was_training)
-        self.r.curve.append({"step": step, "val_bpb": bpb, "train_loss": self.last_loss})
-        self.r.diagnostics.append({"step": step, **diag})
+        self.result.curve.append({"step": step, "val_bpb": bpb, "train_loss": self.last_loss})
+        self.result.diagnostics.append({"step": step, **diag})
         self.eval_time += time.perf_counter() - t
         if not math.isfinite(bpb):
             self._diverge(trainer, step, "validation loss is not finite")
             return
         if self.on_eval is not None and step > 0 and self.on_eval(step, bpb):
-            self.r.pruned = True
+            self.result.pruned = True
             trainer.should_stop = True
 
     def _diverge(self, trainer, step: int, reason: str):
-        self.r.diverged, self.r.diverged_step, self.r.diverged_reason = True, step, reason
+        self.result.diverged, self.result.diverged_step, self.result.diverged_reason = True, step, reason
         trainer.should_stop = True
 
     def on_train_start(self, trainer, module):
@@ -493,7 +443,7 @@ class _Monitor(pl.Callback):
         self.steps = step
         self.last_loss = loss
         if step % self.log_every == 0 or step == 1:
-            self.r.train_loss.append([step, loss])
+            self.result.train_loss.append([step, loss])
         if self.first_loss is None:
             self.first_loss = loss
         reason = None
@@ -510,7 +460,7 @@ class _Monitor(pl.Callback):
         if self.ema is not None and step > 10:
             spike = loss > self.train.spike_factor * self.ema
             if spike and not self.in_spike:
-                self.r.spikes += 1
+                self.result.spikes += 1
             self.in_spike = spike
         self.ema = loss if self.ema is None else 0.95 * self.ema + 0.05 * loss
         if step % self.train.eval_every == 0 or step >= self.train.steps:
@@ -524,11 +474,11 @@ class _Monitor(pl.Callback):
         self.train_time = time.perf_counter() - self.t0 - self.eval_time
         # A run stopped early by divergence keeps its curve; one stopped by pruning is scored at
         # its last evaluation. Make sure a finished run ends on an evaluation.
-        if not self.r.diverged and not self.r.pruned and (not self.r.curve or self.r.curve[-1]["step"] != self.steps):
+        if not self.result.diverged and not self.result.pruned and (not self.result.curve or self.result.curve[-1]["step"] != self.steps):
             self._evaluate(trainer, module, self.steps)
 
 
-def summarize(result: TrialResult) -> str:
+def summarize(result: RunResult) -> str:
     """A few lines for the terminal."""
     head = result.outcome()
     if result.diverged:
@@ -543,3 +493,5 @@ def summarize(result: TrialResult) -> str:
         + (f" (Triton {result.triton_version})" if result.triton_version else ""),
     ])
 
+
+run_trial = train_run  # the public name before the rename; `normsearch.run_trial` still works

@@ -11,7 +11,7 @@ from normsearch.data import DataConfig
 from normsearch.errors import NormsearchError
 from normsearch.recipe import TrainConfig
 from normsearch.study import A_REUSED, census, open_results
-from normsearch.trial import run_trial
+from normsearch.train import train_run
 
 TINY = ModelConfig(n_layers=2, d_model=32, n_heads=2, context_length=32)
 runner = CliRunner()
@@ -20,11 +20,11 @@ runner = CliRunner()
 def test_a_trial_on_two_processes_returns_rank_zeros_result(tmp_path):
     train = TrainConfig(steps=10, batch_size=4, warmup=2, eval_every=5, devices=2, strategy="ddp", threads=1)
     ckpt = tmp_path / "w.safetensors"
-    r = run_trial("peri_ln", TINY, DataConfig(eval_windows=8), train, seed=0, lr=3e-3, checkpoint=ckpt)
+    r = train_run("peri_ln", TINY, DataConfig(eval_windows=8), train, seed=0, lr=3e-3, checkpoint=ckpt)
     assert r.steps == 10 and not r.diverged and r.value is not None
     assert [c["step"] for c in r.curve] == [0, 5, 10]
     assert ckpt.is_file()  # rank 0 wrote the weights
-    single = run_trial("peri_ln", TINY, DataConfig(eval_windows=8),
+    single = train_run("peri_ln", TINY, DataConfig(eval_windows=8),
                        TrainConfig(steps=10, batch_size=4, warmup=2, eval_every=5, threads=1), seed=0, lr=3e-3)
     assert r.curve[0]["val_bpb"] == pytest.approx(single.curve[0]["val_bpb"])  # same initialisation
     assert r.curve[-1]["val_bpb"] != single.curve[-1]["val_bpb"]  # twice the data per step
@@ -33,7 +33,7 @@ def test_a_trial_on_two_processes_returns_rank_zeros_result(tmp_path):
 def test_fsdp_on_cpu_is_a_clear_error():
     train = TrainConfig(steps=2, batch_size=2, warmup=0, devices=2, strategy="fsdp")
     with pytest.raises(NormsearchError, match="fsdp needs CUDA GPUs"):
-        run_trial("pre_ln", TINY, DataConfig(eval_windows=2), train, seed=0, lr=1e-3)
+        train_run("pre_ln", TINY, DataConfig(eval_windows=2), train, seed=0, lr=1e-3)
 
 
 def test_a_study_whose_trials_span_two_processes(tmp_path):

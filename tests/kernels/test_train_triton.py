@@ -7,7 +7,7 @@ pytest.importorskip("triton", reason="Triton is not installed (pip install 'norm
 from normsearch.config import ModelConfig  # noqa: E402
 from normsearch.data import DataConfig  # noqa: E402
 from normsearch.recipe import TrainConfig  # noqa: E402
-from normsearch.trial import run_trial  # noqa: E402
+from normsearch.train import train_run  # noqa: E402
 
 
 def test_trial_end_to_end_with_triton_kernels():
@@ -17,8 +17,8 @@ def test_trial_end_to_end_with_triton_kernels():
     def train(kernels):
         return TrainConfig(steps=3, batch_size=2, warmup=0, eval_every=3, kernels=kernels, threads=1)
 
-    tri = run_trial("peri_ln", model, data, train("triton"), seed=0, lr=3e-3)
-    ref = run_trial("peri_ln", model, data, train("torch"), seed=0, lr=3e-3)
+    tri = train_run("peri_ln", model, data, train("triton"), seed=0, lr=3e-3)
+    ref = train_run("peri_ln", model, data, train("torch"), seed=0, lr=3e-3)
     assert tri.kernels == "triton" and tri.triton_version and ref.kernels == "torch"
     assert tri.arch_id == ref.arch_id  # the kernel is not part of the architecture
     assert not tri.diverged and tri.steps == 3

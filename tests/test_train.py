@@ -10,7 +10,7 @@ from normsearch.cli import app
 from normsearch.config import ModelConfig
 from normsearch.data import DataConfig
 from normsearch.recipe import TrainConfig
-from normsearch.trial import lr_lambda, run_trial
+from normsearch.train import lr_lambda, train_run
 
 TINY = ModelConfig(n_layers=2, d_model=32, n_heads=2, context_length=32)
 DATA = DataConfig(eval_windows=8)
@@ -21,9 +21,9 @@ def tiny_train(**kw):
 
 
 def test_same_seed_same_curve_other_seed_other_curve():
-    a = run_trial("peri_ln", TINY, DATA, tiny_train(), seed=3, lr=3e-3)
-    b = run_trial("peri_ln", TINY, DATA, tiny_train(), seed=3, lr=3e-3)
-    c = run_trial("peri_ln", TINY, DATA, tiny_train(), seed=4, lr=3e-3)
+    a = train_run("peri_ln", TINY, DATA, tiny_train(), seed=3, lr=3e-3)
+    b = train_run("peri_ln", TINY, DATA, tiny_train(), seed=3, lr=3e-3)
+    c = train_run("peri_ln", TINY, DATA, tiny_train(), seed=4, lr=3e-3)
     assert a.train_loss == b.train_loss and a.curve == b.curve
     assert a.train_loss != c.train_loss
     assert [p["step"] for p in a.curve] == [0, 6, 12]
@@ -31,7 +31,7 @@ def test_same_seed_same_curve_other_seed_other_curve():
 
 
 def test_result_record_and_diagnostics():
-    r = run_trial("hybridnorm", TINY, DATA, tiny_train(), seed=0, lr=3e-3)
+    r = train_run("hybridnorm", TINY, DATA, tiny_train(), seed=0, lr=3e-3)
     assert r.arch_id == "927c891a0571"[:0] + r.arch_id and len(r.arch_id) == 12
     assert r.placement["block"]["attn_post"]["kind"] == "rmsnorm"
     assert r.precision == "32-true" and r.kernels == "torch" and r.device == "cpu"
@@ -47,7 +47,7 @@ def test_result_record_and_diagnostics():
 
 
 def test_divergence_is_recorded_not_raised():
-    r = run_trial("post_ln", TINY, DATA, tiny_train(steps=40, warmup=0, eval_every=20, grad_clip=0.0),
+    r = train_run("post_ln", TINY, DATA, tiny_train(steps=40, warmup=0, eval_every=20, grad_clip=0.0),
                   seed=0, lr=50.0)
     assert r.diverged and r.value is None
     assert 1 <= r.diverged_step < 40 and r.steps == r.diverged_step
@@ -61,7 +61,7 @@ def test_pruning_callback_stops_the_run():
         seen.append(step)
         return True
 
-    r = run_trial("pre_ln", TINY, DATA, tiny_train(), seed=0, lr=3e-3, on_eval=on_eval)
+    r = train_run("pre_ln", TINY, DATA, tiny_train(), seed=0, lr=3e-3, on_eval=on_eval)
     assert r.pruned and seen == [6] and r.steps == 6
 
 
