@@ -176,7 +176,7 @@ def run(
     from .progress import RunBar
     from .ranking import DEFAULT_AGAINST
     from .recipe import load_recipe
-    from .study import StudyInterrupted, run_study
+    from .search import StudyInterrupted, run_study
 
     extra = list(ctx.args) + (["--name", name] if name else [])
     r = load_recipe(recipe, extra)
@@ -201,49 +201,20 @@ def run(
 def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
     """One worker process per GPU (or per group of train.devices GPUs), all on one study, their
     progress shown together; then the report."""
-    import os
-    import subprocess
-    import sys
-    import threading
-
     import torch
 
     from .progress import WorkersView
     from .ranking import DEFAULT_AGAINST
-    from .study import open_results
+    from .search import open_results
+    from .search._workers import device_groups, run_on_devices, worker_names
 
-    try:
-        ids = [int(x) for x in devices.split(",") if x.strip()]
-    except ValueError:
-        raise NormsearchError(f"--devices {devices!r}: give GPU ids separated by commas, e.g. 0,1,2,3") from None
-    per = r.train.devices
-    if not ids or len(ids) % per:
-        raise NormsearchError(f"--devices {devices}: {len(ids)} GPUs do not split into workers of train.devices={per}")
-    available = torch.cuda.device_count()
-    if available and max(ids) >= available:
-        raise NormsearchError(f"--devices {devices}: this machine has {available} CUDA devices (0..{available - 1})")
-    groups = [ids[i:i + per] for i in range(0, len(ids), per)]
-    if not available:
+    groups = device_groups(devices, r.train.devices)
+    if not torch.cuda.device_count():
         typer.echo(f"warning: no CUDA device here: {len(groups)} workers run on the CPU", err=True)
     url = storage or r.storage_url
-    names = [f"gpu{','.join(map(str, g))}" for g in groups]
-    procs = []
-    for i, (g, worker) in enumerate(zip(groups, names)):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, g))}
-        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe), *extra, "--storage", url,
-               "--worker-index", str(i), "--progress-json", worker] + (["--verbose"] if verbose else [])
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    names = worker_names(groups)
     with WorkersView(r.name, names) as view:
-        readers = [threading.Thread(target=lambda p=p: [view.handle(line) for line in p.stdout], daemon=True)
-                   for p in procs]
-        for t in readers:
-            t.start()
-        try:
-            codes = [p.wait() for p in procs]
-        except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them mark their trials
-            codes = [p.wait() for p in procs]
-        for t in readers:
-            t.join(timeout=5)
+        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view)
     if any(c == 130 for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
@@ -300,7 +271,7 @@ def status(
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
 ):
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
-    from .study import open_results, status_text
+    from .search import open_results, status_text
 
     typer.echo(status_text(open_results(study, storage, study_name)))
 
@@ -313,20 +284,25 @@ def report(
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
     against: list[str] = typer.Option([], "--against", help="Also compare with this baseline (repeatable)."),
     out: Optional[Path] = typer.Option(None, help="Folder for report.md, ranking.csv/json and plots "
-                                       "(default: the study's results folder)."),
+                                       "(default: the study's results folder). It must be new, empty, or hold "
+                                       "an earlier report."),
+    force: bool = typer.Option(False, "--force", help="Write into --out even if it holds other files."),
 ):
     """Rank the architectures of a study against the baselines and write the report."""
     from .ranking import DEFAULT_AGAINST
-    from .study import open_results
+    from .report import check_out_dir
+    from .search import open_results
 
+    if out is not None:
+        check_out_dir(out, force)
     handle = open_results(study, storage, study_name)
-    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against])
+    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], force=force)
 
 
-def _print_report(handle, folder: Path, against):
+def _print_report(handle, folder: Path, against, force: bool = False):
     from .report import ranking_table, write_report
 
-    ranking = write_report(handle, folder, against=against)
+    ranking = write_report(handle, folder, against=against, force=force)
     _console().print(ranking_table(ranking))
     typer.echo(f"report: {folder / 'report.md'} (with ranking.csv, ranking.json and plots)")
 

@@ -833,7 +833,7 @@ def export(study, out_dir: str | os.PathLike, *, rank: int | None = None, trial:
     from dataclasses import replace
 
     from .ranking import rank as rank_study
-    from .study import open_results
+    from .search import open_results
 
     if sum(x is not None for x in (rank, trial, baseline)) != 1:
         raise NormsearchError("choose the architecture with exactly one of --rank K, --trial N or --baseline NAME")
@@ -849,7 +849,7 @@ def export(study, out_dir: str | os.PathLike, *, rank: int | None = None, trial:
     summary["comparisons"] = [{"against": c.against, "diff": c.diff, "ci_low": c.ci_low, "ci_high": c.ci_high,
                                "p_value": c.p_value, "verdict": c.verdict} for c in row.comparisons]
     if retrain or steps is not None:
-        from .trial import run_trial
+        from .train import train_run as run_trial
 
         seed = min(row.seeds, key=row.seeds.__getitem__) if row.seeds else handle.recipe.train.seeds[0]
         lr = row.best_lr if row.best_lr is not None else handle.recipe.train.lr[0]

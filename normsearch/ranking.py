@@ -22,7 +22,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .scoring import run_loss, score_runs
+from .records import A_ARCH, A_FAILED, ArchRecord, RunResult, run_keys, trial_runs
+from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
 ALPHA = 0.05
@@ -91,7 +92,7 @@ class Row:
     seed_scores: dict[int, float] = field(default_factory=dict)  # seed -> that seed's objective (CI, tests)
     per_lr: dict[float, float] = field(default_factory=dict)  # lr -> L(lr), seed mean of capped losses
     comparisons: list[Comparison] = field(default_factory=list)
-    runs: list[dict] = field(default_factory=list, repr=False)  # the run records (plots); not serialised
+    runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
 
     def comparison(self, against: str) -> Comparison | None:
         return next((c for c in self.comparisons if c.against == against), None)
@@ -106,6 +107,43 @@ class Row:
 
 
 @dataclass
+class Cost:
+    """What a study cost: every stored run (reused results counted once)."""
+
+    runs: int = 0
+    wall_time_s: float = 0.0  # the sum of the runs' wall-clock times
+    steps: int = 0
+    tokens: int | None = None
+    tokens_per_run: int | None = None
+    tokens_per_s: float | None = None  # mean over runs that did not diverge
+
+
+@dataclass
+class TrialNote:
+    """A trial that is not a ranked row: still running (``runs_done`` of ``runs_total``) or failed."""
+
+    number: int
+    label: str
+    arch_id: str | None
+    runs_done: int = 0
+    runs_total: int | None = None
+    failure: str | None = None
+
+
+@dataclass
+class HistoryPoint:
+    """One finished trial in the order the search made it (the history plot)."""
+
+    number: int
+    label: str
+    arch_id: str
+    state: str
+    value: float | None
+    is_baseline: bool
+    reused: bool
+
+
+@dataclass
 class Ranking:
     study: str
     objective: str
@@ -113,14 +151,14 @@ class Ranking:
     n_trials: dict[str, int]  # by state
     running: int
     against: list[str]
-    recipe: dict = field(default_factory=dict)
+    recipe: Any = None  # the study's Recipe
     n_layers: int | None = None
     missing_against: list[str] = field(default_factory=list)  # asked for, but not a finished architecture
-    running_trials: list[dict] = field(default_factory=list)  # number, label, arch_id, runs_done, runs_total
-    failures: list[dict] = field(default_factory=list)  # number, label, arch_id, failure
-    history: list[dict] = field(default_factory=list)  # per finished trial: number, label, value, is_baseline
+    running_trials: list[TrialNote] = field(default_factory=list)
+    failures: list[TrialNote] = field(default_factory=list)
+    history: list[HistoryPoint] = field(default_factory=list)  # per finished trial, in trial order
     param_choices: dict[str, list] = field(default_factory=dict)  # search-space parameter -> its choices
-    cost: dict[str, Any] = field(default_factory=dict)
+    cost: Cost = field(default_factory=Cost)
 
     @property
     def finished(self) -> bool:
@@ -192,29 +230,27 @@ def format_p(p: float | None) -> str:
 
 
 def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objective: str | None = None) -> Ranking:
-    """Rank the finished architectures of an Optuna study made by normsearch.
+    """Rank the finished architectures of a study made by normsearch.
 
-    ``study``: an ``optuna.Study``, a :class:`normsearch.study.StudyHandle`, or a results folder
+    ``study``: a :class:`normsearch.search.StudyHandle`, an ``optuna.Study``, or a results folder
     (opened with its recipe's storage). ``against``: labels to compare every row with, paired by
     seed (normally baselines; any finished row's label works). ``objective``: ``mean`` or
     ``robust`` (default: the study's)."""
-    from .study import A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_REUSED, RUN_PREFIX
-
-    study = _as_study(study)
-    recipe = study.user_attrs.get("recipe") or {}
-    objective = objective or (recipe.get("search") or {}).get("objective", "mean")
+    study, recipe = _as_study(study)
+    objective = objective or recipe.search.objective
     if objective not in ("mean", "robust"):
         raise ValueError(f"objective must be mean or robust, not {objective!r}")
-    n_layers = (recipe.get("model") or {}).get("n_layers")
+    n_layers = recipe.model.n_layers
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     counts: dict[str, int] = {}
     for t in trials:
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
 
-    groups: dict[str, list] = {}
+    groups: dict[str, list[tuple[Any, ArchRecord]]] = {}
+    records = {t.number: ArchRecord.from_trial(t) for t in trials}
     for t in trials:
-        if t.state.name in ("COMPLETE", "PRUNED") and t.user_attrs.get(A_ARCH):
-            groups.setdefault(t.user_attrs[A_ARCH], []).append(t)
+        if t.state.name in ("COMPLETE", "PRUNED") and records[t.number].arch_id:
+            groups.setdefault(records[t.number].arch_id, []).append((t, records[t.number]))
 
     choices: dict[str, list] = {}
     for t in trials:
@@ -223,8 +259,6 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
                 choices.setdefault(name, list(dist.choices))
 
     rows = [_row(arch, ts, objective, n_layers) for arch, ts in groups.items()]
-    if n_layers is None:
-        n_layers = next((int(r.runs[0]["n_layers"]) for r in rows if r.runs and r.runs[0].get("n_layers")), None)
     inf = math.inf
     rows.sort(key=lambda r: (r.state != RANKED, r.score_mean if r.score_mean is not None else inf, r.label))
     for i, r in enumerate(x for x in rows if x.state == RANKED):
@@ -239,28 +273,23 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
             if a in bases and bases[a] is not r:
                 r.comparisons.append(compare(r, bases[a]))
 
-    runs_total = len((recipe.get("train") or {}).get("lr") or []) * len((recipe.get("train") or {}).get("seeds") or [])
-    running = []
-    for t in trials:
-        if t.state.name == "RUNNING":
-            ua = t.user_attrs
-            running.append({"number": t.number, "label": ua.get(A_LABEL) or f"t{t.number}", "arch_id": ua.get(A_ARCH),
-                            "runs_done": sum(1 for k in ua if k.startswith(RUN_PREFIX)),
-                            "runs_total": runs_total or None})
-    failures = [{"number": t.number, "label": t.user_attrs.get(A_LABEL) or f"t{t.number}",
-                 "arch_id": t.user_attrs.get(A_ARCH), "failure": t.user_attrs.get(A_FAILED) or "error"}
+    runs_total = len(recipe.train.runs)
+    running = [TrialNote(t.number, records[t.number].label, records[t.number].arch_id or None,
+                         runs_done=len(run_keys(t.user_attrs)), runs_total=runs_total or None)
+               for t in trials if t.state.name == "RUNNING"]
+    failures = [TrialNote(t.number, records[t.number].label, records[t.number].arch_id or None,
+                          failure=t.user_attrs.get(A_FAILED) or "error")
                 for t in trials if t.state.name == "FAIL"]
     by_arch = {r.arch_id: r for r in rows}
     history = []
     for t in trials:
-        arch = t.user_attrs.get(A_ARCH)
-        if t.state.name not in ("COMPLETE", "PRUNED") or arch not in by_arch:
+        rec = records[t.number]
+        if t.state.name not in ("COMPLETE", "PRUNED") or rec.arch_id not in by_arch:
             continue
-        r = by_arch[arch]
-        history.append({"number": t.number, "label": r.label, "arch_id": arch, "state": t.state.name,
-                        "value": r.score_mean if t.state.name == "COMPLETE" and r.state == RANKED else None,
-                        "is_baseline": bool(t.user_attrs.get(A_BASELINE)),
-                        "reused": t.user_attrs.get(A_REUSED) is not None})
+        r = by_arch[rec.arch_id]
+        history.append(HistoryPoint(t.number, r.label, rec.arch_id, t.state.name,
+                                    r.score_mean if t.state.name == "COMPLETE" and r.state == RANKED else None,
+                                    bool(rec.baseline), rec.reused_from is not None))
 
     return Ranking(
         study=study.study_name, objective=objective, rows=rows, n_trials=counts, running=counts.get("RUNNING", 0),
@@ -270,42 +299,42 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     )
 
 
-def _row(arch: str, ts: list, objective: str, n_layers: int | None) -> Row:
-    from .study import A_BASELINE, A_LABEL, A_PLACEMENT, A_SITES, trial_runs
-
-    with_runs = [t for t in ts if trial_runs(t)]
-    owners = [t for t in with_runs if t.state.name == "COMPLETE"] or with_runs
-    merged: dict[tuple[int, float], dict] = {}  # one run per (seed, lr), the earliest trial's
-    for t in owners:
-        for r in trial_runs(t):
-            merged.setdefault((int(r["seed"]), float(r["lr"])), r)
+def _row(arch: str, ts: list[tuple[Any, ArchRecord]], objective: str, n_layers: int) -> Row:
+    with_runs = [(t, rec, trial_runs(t)) for t, rec in ts]
+    with_runs = [x for x in with_runs if x[2]]
+    owners = [x for x in with_runs if x[0].state.name == "COMPLETE"] or with_runs
+    merged: dict[tuple[int, float], RunResult] = {}  # one run per (seed, lr), the earliest trial's
+    for _, _, runs_of in owners:
+        for r in runs_of:
+            merged.setdefault((int(r.seed), float(r.lr)), r)
     runs = list(merged.values())
-    first = owners[0] if owners else ts[0]
-    base = next((t.user_attrs[A_BASELINE] for t in ts if t.user_attrs.get(A_BASELINE)), None)
-    label = base or next((t.user_attrs.get(A_LABEL) for t in ts if t.user_attrs.get(A_LABEL)), f"t{ts[0].number}")
-    placement = next((t.user_attrs[A_PLACEMENT] for t in ts if t.user_attrs.get(A_PLACEMENT)), {})
-    sites = next((t.user_attrs[A_SITES] for t in ts if t.user_attrs.get(A_SITES)), "")
-    if not sites and placement and n_layers:
+    first = owners[0][0] if owners else ts[0][0]
+    recs = [rec for _, rec in ts]
+    base = next((rec.baseline for rec in recs if rec.baseline), None)
+    label = base or recs[0].label
+    placement = next((rec.placement for rec in recs if rec.placement), {})
+    sites = next((rec.sites for rec in recs if rec.sites), "")
+    if not sites and placement:
         from .spec import Placement
 
         sites = Placement.from_dict(placement).resolve(int(n_layers)).describe()
-    params = next((dict(t.params) for t in ts if t.params), {})
-    finished = [r for r in runs if not r.get("diverged") and r.get("tokens_per_s")]
+    params = next((dict(rec.params) for rec in recs if rec.params), {})
+    finished = [r for r in runs if r.finished]
     if not runs:
         state = "INCOMPLETE" if first.state.name == "COMPLETE" else first.state.name
     else:
         state = first.state.name
     row = Row(
         rank=None, label=label, is_baseline=base is not None, arch_id=arch, sites=sites, placement=placement,
-        state=state, score_mean=None, ci_low=None, ci_high=None, n_seeds=len({int(r["seed"]) for r in runs}),
-        n_runs=len(runs), n_diverged=sum(bool(r.get("diverged")) for r in runs), best_lr=None,
-        lr_sensitivity=None, n_params=int(runs[0].get("n_params") or 0) if runs else 0,
-        tokens_per_s=sum(r["tokens_per_s"] for r in finished) / len(finished) if finished else 0.0,
-        kernels=_join(r.get("kernels") for r in runs), precision=_join(r.get("precision") for r in runs),
-        triton_version=_join(r.get("triton_version") for r in runs), device=_join(r.get("device") for r in runs),
-        n_norm_params=int(runs[0].get("n_norm_params") or 0) if runs else 0,
-        wall_time=sum(float(r.get("wall_time") or 0.0) for r in runs),
-        trials=[t.number for t in ts], params=params, runs=runs,
+        state=state, score_mean=None, ci_low=None, ci_high=None, n_seeds=len({int(r.seed) for r in runs}),
+        n_runs=len(runs), n_diverged=sum(bool(r.diverged) for r in runs), best_lr=None,
+        lr_sensitivity=None, n_params=int(runs[0].n_params or 0) if runs else 0,
+        tokens_per_s=sum(r.tokens_per_s for r in finished) / len(finished) if finished else 0.0,
+        kernels=_join(r.kernels for r in runs), precision=_join(r.precision for r in runs),
+        triton_version=_join(r.triton_version for r in runs), device=_join(r.device for r in runs),
+        n_norm_params=int(runs[0].n_norm_params or 0) if runs else 0,
+        wall_time=sum(float(r.wall_time or 0.0) for r in runs),
+        trials=[t.number for t, _ in ts], params=params, runs=runs,
     )
     if state != RANKED:
         return row
@@ -322,44 +351,40 @@ def _row(arch: str, ts: list, objective: str, n_layers: int | None) -> Row:
     return row
 
 
-def _robust_by_seed(runs: list[dict]) -> dict[int, float]:
+def _robust_by_seed(runs: list[RunResult]) -> dict[int, float]:
     """Per seed, the mean over the sweep of min(loss, loss at init): the robust score seed by seed."""
     by_seed: dict[int, list[float]] = {}
     for r in runs:
-        by_seed.setdefault(int(r["seed"]), []).append(run_loss(r))
+        by_seed.setdefault(int(r.seed), []).append(r.loss)
     return {s: sum(v) / len(v) for s, v in sorted(by_seed.items())}
 
 
-def _cost(trials, recipe: dict) -> dict[str, Any]:
+def _cost(trials, recipe) -> Cost:
     """What the study cost: every stored run (of finished, pruned and running trials; reused results
     counted once)."""
-    from .study import RUN_PREFIX
-
-    model, train = recipe.get("model") or {}, recipe.get("train") or {}
-    tokens_per_step = int(train.get("batch_size") or 0) * int(model.get("context_length") or 0)
+    tokens_per_step = recipe.train.batch_size * recipe.model.context_length
     seen: set = set()
     runs = 0
     wall = steps = 0.0
     tps = []
     for t in trials:
-        for k, r in t.user_attrs.items():
-            if not k.startswith(RUN_PREFIX) or not isinstance(r, dict):
+        for k in run_keys(t.user_attrs):
+            if not isinstance(t.user_attrs[k], dict):
                 continue
-            key = (r.get("arch_id") or t.user_attrs.get("arch_id"), k)
+            r = RunResult.from_dict(t.user_attrs[k])
+            key = (r.arch_id or t.user_attrs.get(A_ARCH), k)
             if key in seen:  # a retried trial reloads its finished runs from disk: count them once
                 continue
             seen.add(key)
             runs += 1
-            wall += float(r.get("wall_time") or 0.0)
-            steps += int(r.get("steps") or 0)
-            if r.get("tokens_per_s") and not r.get("diverged"):
-                tps.append(float(r["tokens_per_s"]))
-    return {
-        "runs": runs, "wall_time_s": wall, "steps": int(steps),
-        "tokens": int(steps * tokens_per_step) if tokens_per_step else None,
-        "tokens_per_run": int(train.get("steps") or 0) * tokens_per_step if tokens_per_step else None,
-        "tokens_per_s": sum(tps) / len(tps) if tps else None,
-    }
+            wall += float(r.wall_time or 0.0)
+            steps += int(r.steps or 0)
+            if r.finished:
+                tps.append(float(r.tokens_per_s))
+    return Cost(runs=runs, wall_time_s=wall, steps=int(steps),
+                tokens=int(steps * tokens_per_step) if tokens_per_step else None,
+                tokens_per_run=recipe.train.steps * tokens_per_step if tokens_per_step else None,
+                tokens_per_s=sum(tps) / len(tps) if tps else None)
 
 
 def _join(values) -> str:
@@ -367,12 +392,12 @@ def _join(values) -> str:
 
 
 def _as_study(study):
-    from .study import StudyHandle
+    """(optuna study, typed recipe) from a handle, a study or a results folder."""
+    from .search import StudyHandle, open_results, recipe_of
 
     if isinstance(study, StudyHandle):
-        return study.study
+        return study.study, study.recipe
     if hasattr(study, "get_trials"):
-        return study
-    from .study import open_results
-
-    return open_results(study).study
+        return study, recipe_of(study)
+    handle = open_results(study)
+    return handle.study, handle.recipe

@@ -14,19 +14,10 @@ where a diverged run counts as its loss at initialisation and no run counts as w
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def run_loss(run: dict[str, Any]) -> float:
-    """A run's final bits per byte, floored by nothing and capped at its loss at initialisation;
-    a diverged or unfinished run counts as its loss at initialisation."""
-    init = run["curve"][0]["val_bpb"] if run.get("curve") else float("inf")
-    value = run.get("value")
-    if run.get("diverged") or value is None or not math.isfinite(value):
-        return init
-    return min(value, init)
+from .records import RunResult
 
 
 @dataclass
@@ -50,18 +41,19 @@ class Score:
         return d
 
 
-def score_runs(runs: list[dict[str, Any]], objective: str = "mean") -> Score:
+def score_runs(runs: list[RunResult], objective: str = "mean") -> Score:
+    """An architecture's score from its runs (each scored once, by :attr:`RunResult.loss`)."""
     if not runs:
         raise ValueError("no runs to score")
-    by_lr: dict[float, list[dict]] = {}
+    by_lr: dict[float, list[RunResult]] = {}
     for r in runs:
-        by_lr.setdefault(float(r["lr"]), []).append(r)
-    per_lr = {lr: sum(map(run_loss, rs)) / len(rs) for lr, rs in sorted(by_lr.items())}
-    stable = [lr for lr, rs in by_lr.items() if not any(r.get("diverged") for r in rs)]
+        by_lr.setdefault(float(r.lr), []).append(r)
+    per_lr = {lr: sum(r.loss for r in rs) / len(rs) for lr, rs in sorted(by_lr.items())}
+    stable = [lr for lr, rs in by_lr.items() if not any(r.diverged for r in rs)]
     best_lr = min(stable or per_lr, key=per_lr.__getitem__)
     best = per_lr[best_lr]
     robust = sum(per_lr.values()) / len(per_lr)
-    finished = [r for r in runs if not r.get("diverged") and r.get("tokens_per_s")]
+    finished = [r for r in runs if r.finished]
     return Score(
         value=best if objective == "mean" else robust,
         score_mean=best,
@@ -69,9 +61,9 @@ def score_runs(runs: list[dict[str, Any]], objective: str = "mean") -> Score:
         best_lr=best_lr,
         sensitivity=robust - min(per_lr.values()),
         per_lr=per_lr,
-        seeds_at_best={int(r["seed"]): run_loss(r) for r in by_lr[best_lr]},
+        seeds_at_best={int(r.seed): r.loss for r in by_lr[best_lr]},
         n_runs=len(runs),
-        n_diverged=sum(bool(r.get("diverged")) for r in runs),
-        tokens_per_s=sum(r["tokens_per_s"] for r in finished) / len(finished) if finished else 0.0,
-        n_params=int(runs[0].get("n_params") or 0),
+        n_diverged=sum(bool(r.diverged) for r in runs),
+        tokens_per_s=sum(r.tokens_per_s for r in finished) / len(finished) if finished else 0.0,
+        n_params=int(runs[0].n_params or 0),
     )

@@ -29,6 +29,15 @@ def mask(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
 
 
+def mask_recipe(raw: dict) -> dict:
+    """A resolved recipe (plain data) with the password of its storage URL hidden: for files people
+    commit."""
+    out = dict(raw)
+    if isinstance(out.get("storage"), str):
+        out["storage"] = mask(out["storage"])
+    return out
+
+
 def is_journal(url: str) -> bool:
     return url.startswith("journal:") or url.endswith((".journal", ".jsonl"))
 

@@ -474,7 +474,8 @@ class _Monitor(pl.Callback):
         self.train_time = time.perf_counter() - self.t0 - self.eval_time
         # A run stopped early by divergence keeps its curve; one stopped by pruning is scored at
         # its last evaluation. Make sure a finished run ends on an evaluation.
-        if not self.result.diverged and not self.result.pruned and (not self.result.curve or self.result.curve[-1]["step"] != self.steps):
+        res = self.result
+        if not res.diverged and not res.pruned and (not res.curve or res.curve[-1]["step"] != self.steps):
             self._evaluate(trainer, module, self.steps)
 
 

@@ -44,7 +44,7 @@ def text_folder(tmp_path):
 def tiny_study(tmp_path_factory):
     """A finished tiny study (2 baselines + 2 searched architectures): its results folder."""
     from normsearch.recipe import load_recipe
-    from normsearch.study import run_study
+    from normsearch.search import run_study
     from tiny import write_tiny_recipe
 
     folder = tmp_path_factory.mktemp("tiny-study")

@@ -10,7 +10,8 @@ from normsearch.config import ModelConfig
 from normsearch.data import DataConfig
 from normsearch.errors import NormsearchError
 from normsearch.recipe import TrainConfig
-from normsearch.study import A_REUSED, census, open_results
+from normsearch.records import A_REUSED
+from normsearch.search import census, open_results
 from normsearch.train import train_run
 
 TINY = ModelConfig(n_layers=2, d_model=32, n_heads=2, context_length=32)

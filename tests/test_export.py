@@ -478,7 +478,7 @@ def test_export_command_from_a_study(tiny_study, tmp_path):
     from normsearch.checkpoint import load_state_dict
     from normsearch.cli import app
     from normsearch.ranking import rank
-    from normsearch.study import open_results
+    from normsearch.search import open_results
 
     runner = CliRunner()
     out = tmp_path / "best"

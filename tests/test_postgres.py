@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 from normsearch.cli import app
 from normsearch.ranking import rank
 from normsearch.recipe import load_recipe
-from normsearch.study import A_ARCH, A_REUSED, A_WORKER, census, open_results, reap_dead_trials, run_study
+from normsearch.records import A_ARCH, A_REUSED, A_WORKER
+from normsearch.search import census, open_results, reap_dead_trials, run_study
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("NORMSEARCH_TEST_PG_URL")
@@ -316,17 +317,17 @@ def test_a_result_storage_missed_is_sent_by_the_next_run(tmp_path, workers):
     script = tmp_path / "down_after_disk.py"
     script.write_text(textwrap.dedent(f"""
         import subprocess, sys
-        import normsearch.study as study
+        import normsearch.search._loop as loop
         from normsearch.cli import main
 
-        write = study._write_json
+        write = loop.write_json
 
         def write_then_stop_the_database(path, data):
             write(path, data)
             if path.name == "arch.json":
                 subprocess.run(["bash", {str(ROOT / ".ci" / "postgres.sh")!r}, "down", {PG_DIR!r}], check=True)
 
-        study._write_json = write_then_stop_the_database
+        loop.write_json = write_then_stop_the_database
         sys.argv = ["normsearch", "run", {str(path)!r}, "--storage", {PG_URL!r}]
         sys.exit(main())
     """))

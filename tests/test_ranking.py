@@ -13,6 +13,7 @@ from scipy import stats
 
 from normsearch.baselines import baseline
 from normsearch.ranking import Comparison, compare, rank, t_interval
+from normsearch.records import RunResult
 from normsearch.scoring import score_runs
 from normsearch.space import parse_space
 
@@ -48,7 +49,7 @@ def recipe(seeds=(0, 1, 2), lrs=LRS, objective="mean"):
     return {
         "name": "synth",
         "model": {"n_layers": L, "d_model": 32, "n_heads": 2, "context_length": 16, "vocab_size": 256},
-        "data": {"corpus": "synthetic", "tokenizer": "bytes"},
+        "data": {"corpus": "sotu", "tokenizer": "bytes"},
         "train": {"steps": 100, "batch_size": 4, "lr": list(lrs), "seeds": list(seeds)},
         "space": SPACE,
         "search": {"objective": objective, "sampler": "tpe", "trials": 6,
@@ -126,7 +127,7 @@ def build_study(seeds=(0, 1, 2), lrs=LRS, running=False, objective="mean", stora
     done = {}
     for label in only or ARCHS:
         runs = runs_of(label, seeds, lrs)
-        score = score_runs(runs, objective)
+        score = score_runs([RunResult.from_dict(r) for r in runs], objective)
         attrs = _attrs(label, runs, len(done))
         attrs["score"] = score.to_dict()
         params = params_of(label) or {}
@@ -197,8 +198,8 @@ def test_reused_trials_merge_into_their_architecture(ranking):
     peri = ranking.row("peri_ln")
     assert peri.trials == [1, 10] and peri.is_baseline  # a searched repeat of a baseline keeps its name
     assert ranking.row("t7") is None and ranking.row("t10") is None
-    reused = [h for h in ranking.history if h["reused"]]
-    assert [(h["number"], h["label"]) for h in reused] == [(7, "t3"), (10, "peri_ln")]
+    reused = [h for h in ranking.history if h.reused]
+    assert [(h.number, h.label) for h in reused] == [(7, "t3"), (10, "peri_ln")]
 
 
 def test_score_and_ci_match_scipy(ranking):
@@ -284,10 +285,10 @@ def test_single_learning_rate_has_no_sensitivity():
 def test_running_study_is_flagged_and_failures_listed():
     r = rank(build_study(running=True))
     assert not r.finished and r.running == 1
-    assert r.running_trials == [{"number": 11, "label": "t11", "arch_id": r.running_trials[0]["arch_id"],
-                                 "runs_done": 1, "runs_total": 6}]
+    t = r.running_trials[0]
+    assert len(r.running_trials) == 1 and (t.number, t.label, t.runs_done, t.runs_total) == (11, "t11", 1, 6)
     assert r.row("t11") is None  # not ranked while it trains
-    assert [(f["number"], f["failure"]) for f in r.failures] == [(9, "error: RuntimeError: boom")]
+    assert [(f.number, f.failure) for f in r.failures] == [(9, "error: RuntimeError: boom")]
     assert r.n_trials == {"COMPLETE": 9, "PRUNED": 1, "FAIL": 1, "RUNNING": 1}
     assert rank(build_study()).finished
 
@@ -309,9 +310,9 @@ def test_robust_objective_scores_the_sweep():
 
 def test_cost_counts_every_stored_run_once():
     r = rank(build_study(running=True))
-    assert r.cost["runs"] == 7 * 6 + 1 + 1  # seven architectures, the pruned run, the running one
-    assert r.cost["wall_time_s"] == pytest.approx(10.0 * r.cost["runs"])
-    assert r.cost["tokens_per_run"] == 100 * 4 * 16
+    assert r.cost.runs == 7 * 6 + 1 + 1  # seven architectures, the pruned run, the running one
+    assert r.cost.wall_time_s == pytest.approx(10.0 * r.cost.runs)
+    assert r.cost.tokens_per_run == 100 * 4 * 16
 
 
 def test_t_interval_and_degenerate_comparisons():

@@ -11,13 +11,12 @@ import pytest
 from rich.console import Console
 from test_ranking import ARCHS, INIT, L, build_study, final
 
-from normsearch import plots
+from normsearch.report import _plots as plots
 from normsearch.baselines import baseline
 from normsearch.ranking import rank
 from normsearch.report import (
-    CSV_COLUMNS,
+    CSV,
     SiteEffect,
-    _presence,
     ranking_json,
     ranking_table,
     site_effects,
@@ -25,7 +24,9 @@ from normsearch.report import (
     write_report,
 )
 from normsearch.spec import Placement
-from normsearch.study import StudyHandle
+from normsearch.report._analysis import presence
+from normsearch.errors import NormsearchError
+from normsearch.search import StudyHandle, recipe_of
 
 PNGS = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "importance", "site_effects",
         "history")
@@ -87,7 +88,7 @@ def test_csv_has_the_rows_and_columns(report):
     with open(out / "ranking.csv") as f:
         rows = list(csv.DictReader(f))
     header = list(rows[0])
-    assert header[:len(CSV_COLUMNS)] == list(CSV_COLUMNS)
+    assert header[:len(CSV)] == [c.key for c in CSV]
     for a in ("peri_ln", "hybridnorm"):
         for c in ("n", "diff", "ci_low", "ci_high", "p_value", "verdict"):
             assert f"vs_{a}_{c}" in header
@@ -142,7 +143,7 @@ def test_site_effects_by_hand():
     assert effects["final"].n_without == 0 and effects["final"].diff is None  # every architecture has it
     assert "embed" not in effects and "ffn_mid" not in effects  # never used
     # "with" means every layer; a norm in some layers only is its own group
-    star = _presence(baseline("hybridnorm_star").to_dict(), 2)
+    star = presence(baseline("hybridnorm_star").to_dict(), 2)
     assert star["attn_in"] == "some" and star["q"] == "all" and star["ffn_out"] == "none" and star["final"] == "all"
 
 
@@ -208,7 +209,7 @@ def test_figures_have_titles_labels_legends_and_the_right_data(tmp_path):
 
 
 def test_plots_and_report_do_not_import_matplotlib_until_drawing():
-    code = ("import sys, normsearch.report, normsearch.plots, normsearch.ranking; "
+    code = ("import sys, normsearch.report, normsearch.report._plots, normsearch.ranking; "
             "assert 'matplotlib' not in sys.modules and 'scipy' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -233,6 +234,10 @@ def test_small_study_skips_importance_and_still_writes_the_rest(tmp_path):
 
 def test_empty_and_failed_only_studies_do_not_crash(tmp_path):
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), study_name="empty")
+    with pytest.raises(NormsearchError, match="not made by normsearch"):
+        write_report(study, tmp_path / "not-ours")
+    assert not (tmp_path / "not-ours").exists()
+    study.set_user_attr("recipe", build_study().user_attrs["recipe"])
     ranking = write_report(study, tmp_path / "empty")
     assert ranking.rows == [] and "nothing to rank" in (tmp_path / "empty" / "report.md").read_text()
     json.loads((tmp_path / "empty" / "ranking.json").read_text())
@@ -244,7 +249,8 @@ def test_empty_and_failed_only_studies_do_not_crash(tmp_path):
 
 def test_handle_and_terminal_table(tmp_path):
     study = build_study(running=True)
-    ranking = write_report(StudyHandle(None, study, "memory", tmp_path), tmp_path, against=["pre_ln"])
+    handle = StudyHandle(recipe_of(study), study, "memory", tmp_path)
+    ranking = write_report(handle, tmp_path, against=["pre_ln"])
     assert ranking.against == ["pre_ln"] and ranking.row("t3").comparison("pre_ln").verdict == "better"
     console = Console(record=True, width=250)
     console.print(ranking_table(ranking))

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from normsearch.cli import app
 from normsearch.recipe import load_recipe
-from normsearch.study import A_ARCH, A_BASELINE, A_REUSED, census, open_results, run_study
+from normsearch.records import A_ARCH, A_BASELINE, A_REUSED
+from normsearch.search import census, open_results, run_study
 
 from tiny import write_tiny_recipe
 
@@ -296,7 +297,7 @@ def test_every_sampler_and_pruner_a_recipe_can_name_is_registered():
     import typing
 
     from normsearch.recipe import SearchConfig
-    from normsearch.study import PRUNERS, SAMPLERS
+    from normsearch.search import PRUNERS, SAMPLERS
 
     hints = typing.get_type_hints(SearchConfig)
     assert set(typing.get_args(hints["sampler"])) == set(SAMPLERS)

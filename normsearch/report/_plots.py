@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+
+from ._analysis import best_runs, mean_curve, mean_diagnostic
 
 UNIT = "bits/byte"
 FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
@@ -58,38 +60,6 @@ def _style(rows) -> dict[str, dict[str, Any]]:
     for i, r in enumerate(rows):
         out[r.arch_id] = {"color": f"C{i % 10}", **(BASE_STYLE if r.is_baseline else FOUND_STYLE)}
     return out
-
-
-def best_runs(row) -> list[dict]:
-    """The runs at the row's best learning rate that did not diverge (all of them if every one did)."""
-    runs = [r for r in row.runs if row.best_lr is None or float(r["lr"]) == float(row.best_lr)]
-    ok = [r for r in runs if not r.get("diverged")]
-    return ok or runs
-
-
-def mean_curve(runs: Iterable[dict]) -> tuple[list[int], list[float]]:
-    """Validation loss by step, averaged over the runs that reached the step."""
-    by_step: dict[int, list[float]] = {}
-    for r in runs:
-        for p in r.get("curve") or []:
-            v = p.get("val_bpb")
-            if v is not None and math.isfinite(v):
-                by_step.setdefault(int(p["step"]), []).append(float(v))
-    steps = sorted(by_step)
-    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
-
-
-def mean_diagnostic(runs: Iterable[dict], key: str, at: str = "last") -> list[float] | None:
-    """A per-layer diagnostic (``resid_rms``, ``grad_norm``, ``max_logit``) at the first (``at=
-    "first"``, initialisation) or last evaluation, averaged over the runs elementwise."""
-    rows = []
-    for r in runs:
-        diags = [d for d in r.get("diagnostics") or [] if d.get(key)]
-        if diags:
-            rows.append([float(x) for x in (diags[0] if at == "first" else diags[-1])[key]])
-    if not rows or len({len(x) for x in rows}) != 1:
-        return None
-    return [sum(col) / len(col) for col in zip(*rows)]
 
 
 def _integer_x(ax):
@@ -171,7 +141,7 @@ def attention_logits(rows) -> Any:
     for r in rows:
         by_step: dict[int, list[float]] = {}
         for run in best_runs(r):
-            for d in run.get("diagnostics") or []:
+            for d in run.diagnostics:
                 if d.get("max_logit") and all(math.isfinite(x) for x in d["max_logit"]):
                     by_step.setdefault(int(d["step"]), []).append(max(d["max_logit"]))
         if len(by_step) > 1:
@@ -200,7 +170,7 @@ def loss_vs_lr(rows) -> Any:
         lrs = sorted(r.per_lr)
         ax.plot(lrs, [r.per_lr[x] for x in lrs], marker="o", markersize=5, label=legend_label(r), **style[r.arch_id])
         drawn = True
-        bad = sorted({float(x["lr"]) for x in r.runs if x.get("diverged")} & set(lrs))
+        bad = sorted({float(x.lr) for x in r.runs if x.diverged} & set(lrs))
         if bad:
             ax.plot(bad, [r.per_lr[x] for x in bad], linestyle="none", marker="x", markersize=10, color="red",
                     label=None if diverged_shown else "a seed diverged here")
@@ -253,34 +223,34 @@ def site_effects(effects) -> Any:
     return fig
 
 
-def history(points: list[dict]) -> Any:
+def history(points: list) -> Any:
     """Optimisation history: each finished trial's score by trial number, the best found so far, and
     the best baseline."""
-    pts = [p for p in points if p.get("value") is not None and math.isfinite(p["value"])]
+    pts = [p for p in points if p.value is not None and math.isfinite(p.value)]
     if not pts:
         return None
     fig, (ax,) = _figure()
-    found = [p for p in pts if not p["is_baseline"] and not p.get("reused")]
-    repeats = [p for p in pts if not p["is_baseline"] and p.get("reused")]
-    base = [p for p in pts if p["is_baseline"]]
+    found = [p for p in pts if not p.is_baseline and not p.reused]
+    repeats = [p for p in pts if not p.is_baseline and p.reused]
+    base = [p for p in pts if p.is_baseline]
     if found:
-        ax.scatter([p["number"] for p in found], [p["value"] for p in found], color="C0", zorder=3,
+        ax.scatter([p.number for p in found], [p.value for p in found], color="C0", zorder=3,
                    label="searched placement (one trial)")
     if repeats:
-        ax.scatter([p["number"] for p in repeats], [p["value"] for p in repeats], facecolors="none",
+        ax.scatter([p.number for p in repeats], [p.value for p in repeats], facecolors="none",
                    edgecolors="C0", zorder=3, label="repeat of an evaluated network (result reused)")
     if found or repeats:
         best, xs, ys = math.inf, [], []
-        for p in sorted(found + repeats, key=lambda p: p["number"]):
-            best = min(best, p["value"])
-            xs.append(p["number"])
+        for p in sorted(found + repeats, key=lambda p: p.number):
+            best = min(best, p.value)
+            xs.append(p.number)
             ys.append(best)
         ax.step(xs, ys, where="post", color="C0", alpha=0.7, label="best searched so far")
     if base:
-        ax.scatter([p["number"] for p in base], [p["value"] for p in base], color="C1", marker="s", zorder=3,
+        ax.scatter([p.number for p in base], [p.value for p in base], color="C1", marker="s", zorder=3,
                    label="baseline")
-        b = min(base, key=lambda p: p["value"])
-        ax.axhline(b["value"], color="C1", linestyle="--", linewidth=1, label=f"best baseline ({b['label']})")
+        b = min(base, key=lambda p: p.value)
+        ax.axhline(b.value, color="C1", linestyle="--", linewidth=1, label=f"best baseline ({b.label})")
     _integer_x(ax)
     _finish(ax, "Optimisation history (lower is better)", "trial number", f"score ({UNIT})")
     return fig

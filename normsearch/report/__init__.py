@@ -1,0 +1,43 @@
+"""The report of a study: a ranked table in the terminal, with the same rows in Markdown, CSV and
+JSON, paired comparisons with the baselines, which sites matter, and plots.
+
+    ranking = write_report(handle, Path("results/quickstart"))   # report.md, ranking.csv/.json, *.png
+    console.print(ranking_table(ranking))
+
+- :mod:`._analysis`: site effects, importance, diagnostics (numbers, no drawing);
+- :mod:`._columns`: the table's columns, once, for the terminal, Markdown and CSV;
+- :mod:`._markdown`: ``report.md``; :mod:`._plots`: the PNG plots; :mod:`._files`: writing them.
+"""
+
+from __future__ import annotations
+
+from ._analysis import (Importance, SiteEffect, best_runs, diagnostics_summary, mean_curve, mean_diagnostic,
+                        site_effects, site_importance)
+from ._columns import COLUMNS, CSV, TABLE, UNIT
+from ._files import check_out_dir, ranking_json, write_csv, write_report
+from ._markdown import PLOT_CAPTIONS, report_markdown, score_definition
+
+
+def ranking_table(ranking):
+    """The ranked rows as a rich table (baselines marked with *)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    title = f"{ranking.study}: {ranking.objective} validation {UNIT} (lower is better)"
+    if not ranking.finished:
+        title += (f" - study not finished ({ranking.running} running, {ranking.n_trials.get('WAITING', 0)} waiting), "
+                  f"ranking what is finished")
+    table = Table(title=escape(title), title_justify="left", caption="* a baseline from the papers",
+                  caption_justify="left")
+    for c in TABLE:
+        table.add_column(c.short or c.title, justify="right" if c.right else "left")
+    for r in ranking.rows:
+        table.add_row(*(escape(c.cell(r)) for c in TABLE))  # sites hold "[rmsnorm]", which rich would read as markup
+    return table
+
+
+__all__ = [
+    "COLUMNS", "CSV", "Importance", "PLOT_CAPTIONS", "SiteEffect", "TABLE", "UNIT", "best_runs", "check_out_dir",
+    "diagnostics_summary", "mean_curve", "mean_diagnostic", "ranking_json", "ranking_table", "report_markdown",
+    "score_definition", "site_effects", "site_importance", "write_csv", "write_report",
+]

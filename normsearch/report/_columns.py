@@ -1,0 +1,95 @@
+"""The ranked table's columns, specified once: the terminal table, the Markdown table and the CSV file
+all read this list (name, header, value, cell text)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ranking import RANKED, Row
+
+UNIT = "bits/byte"
+
+
+def num(v, fmt="{:.4f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def score_text(r: Row) -> str:
+    if r.state != RANKED:
+        return "pruned" if r.state == "PRUNED" else "no score"
+    ci = f" [{num(r.ci_low)}, {num(r.ci_high)}]" if r.ci_low is not None else ""
+    return num(r.score_mean) + ci
+
+
+def kernels_text(r: Row) -> str:
+    if not r.kernels:
+        return "-"
+    return r.kernels + (f" (Triton {r.triton_version})" if r.triton_version else "")
+
+
+@dataclass(frozen=True)
+class Column:
+    """``key``: the CSV/JSON name (None: a table-only column); ``title``/``short``: the Markdown and
+    terminal headers (None: CSV only); ``value``: the raw value (CSV); ``text``: the cell text
+    (tables); ``md``: the Markdown cell when it differs from ``text``."""
+
+    key: str | None
+    title: str | None = None
+    short: str | None = None
+    value: Callable[[Row], Any] | None = None
+    text: Callable[[Row], str] | None = None
+    md: Callable[[Row], str] | None = None
+    right: bool = False
+
+    def raw(self, r: Row) -> Any:
+        return self.value(r) if self.value else getattr(r, self.key)
+
+    def cell(self, r: Row, markdown: bool = False) -> str:
+        if markdown and self.md:
+            return self.md(r)
+        if self.text:
+            return self.text(r)
+        v = self.raw(r)
+        return "-" if v is None else str(v)
+
+
+def _attr(key, title=None, short=None, text=None, md=None, right=False) -> Column:
+    return Column(key, title, short, None, text, md, right)
+
+
+COLUMNS: tuple[Column, ...] = (
+    _attr("rank", "rank", text=lambda r: "-" if r.rank is None else str(r.rank), right=True),
+    _attr("label", "label", text=lambda r: r.label + (" *" if r.is_baseline else ""),
+          md=lambda r: f"**{r.label}** (baseline)" if r.is_baseline else r.label),
+    _attr("is_baseline"),
+    _attr("state"),
+    _attr("sites", "sites", md=lambda r: f"`{r.sites}`" if r.sites else "-"),
+    Column(None, f"score ({UNIT}) [95% CI]", "score [95% CI]", text=score_text),
+    _attr("score_mean"),
+    _attr("ci_low"),
+    _attr("ci_high"),
+    _attr("n_seeds", "seeds", right=True),
+    _attr("n_runs", "runs", right=True),
+    _attr("n_diverged", "diverged", "div", right=True),
+    _attr("best_lr", "best lr", text=lambda r: num(r.best_lr, "{:g}")),
+    _attr("lr_sensitivity", "lr sens.", text=lambda r: num(r.lr_sensitivity)),
+    _attr("n_params", "params", text=lambda r: f"{r.n_params:,}", right=True),
+    _attr("n_norm_params"),
+    _attr("tokens_per_s", "tokens/s", "tok/s", text=lambda r: f"{r.tokens_per_s:,.0f}", right=True),
+    _attr("wall_time"),
+    Column("kernels", "kernels", text=kernels_text),
+    _attr("triton_version"),
+    _attr("precision"),
+    _attr("device"),
+    _attr("arch_id", "arch_id", md=lambda r: f"`{r.arch_id}`"),
+    Column("trials", value=lambda r: " ".join(map(str, r.trials))),
+    Column("placement", value=lambda r: json.dumps(r.placement, sort_keys=True)),
+)
+
+#: the columns of the terminal and Markdown tables, in order
+TABLE = tuple(c for c in COLUMNS if c.title)
+#: the columns of ranking.csv, in order (comparisons follow as vs_<baseline>_<field>)
+CSV = tuple(c for c in COLUMNS if c.key)
+COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "verdict")

@@ -1,0 +1,139 @@
+"""The report's files: ``report.md``, ``ranking.csv``, ``ranking.json`` and the plots, written only
+into a folder the report owns."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..errors import NormsearchError
+from ..ranking import DEFAULT_AGAINST, Ranking, rank
+from ._analysis import Importance, SiteEffect, diagnostics_summary, site_effects, site_importance
+from ._columns import COMPARISON_FIELDS, CSV, UNIT
+from ._markdown import report_markdown
+
+REPORT_FILES = ("report.md", "ranking.csv", "ranking.json")
+# what a results folder holds besides the report (written by `normsearch run`)
+STUDY_FILES = ("recipe.yaml", "study.db", "runs", "checkpoints")
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: non-finite floats become null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
+                 importance: Importance | None = None, plots: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything in the report as plain data; ``rows`` carry the ranked table and the comparisons."""
+    from ..storage import mask_recipe
+
+    return _clean({
+        "study": ranking.study,
+        "objective": ranking.objective,
+        "unit": UNIT,
+        "finished": ranking.finished,
+        "trials": ranking.n_trials,
+        "running": [asdict(t) for t in ranking.running_trials],
+        "failures": [asdict(t) for t in ranking.failures],
+        "against": ranking.against,
+        "missing_against": ranking.missing_against,
+        "n_layers": ranking.n_layers,
+        "cost": asdict(ranking.cost),
+        "rows": [r.to_dict() for r in ranking.rows],
+        "diagnostics": diagnostics_summary(ranking),
+        "site_effects": [asdict(e) for e in effects or []],
+        "importance": asdict(importance) if importance is not None else None,
+        "plots": plots or {},
+        "recipe": mask_recipe(ranking.recipe.raw) if ranking.recipe is not None else {},
+    })
+
+
+def _csv(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ""
+    return str(v)
+
+
+def write_csv(ranking: Ranking, path: Path) -> Path:
+    """One line per architecture; each comparison as ``vs_<baseline>_<field>`` columns."""
+    header = [c.key for c in CSV] + [f"vs_{a}_{f}" for a in ranking.against for f in COMPARISON_FIELDS]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for r in ranking.rows:
+            line = [_csv(c.raw(r)) for c in CSV]
+            for a in ranking.against:
+                c = r.comparison(a)
+                line += [_csv(getattr(c, k)) if c else "" for k in COMPARISON_FIELDS]
+            w.writerow(line)
+    return path
+
+
+def _previous_plots(out_dir: Path) -> set[str]:
+    """The plot files an earlier report in this folder wrote (from its ranking.json)."""
+    try:
+        data = json.loads((out_dir / "ranking.json").read_text())
+        return {str(v) for v in (data.get("plots") or {}).values()}
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def check_out_dir(out_dir: Path, force: bool = False) -> None:
+    """The report writes into a new or empty folder, a results folder of a study, or a folder that
+    holds an earlier report; anything else needs ``force`` (it would overwrite files of the user's)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NormsearchError(f"--out {out_dir}: is a file; give a folder")
+    if force or not out_dir.exists():
+        return
+    names = {p.name for p in out_dir.iterdir()}
+    ours = set(REPORT_FILES) | set(STUDY_FILES) | _previous_plots(out_dir)
+    if not names or (names & {"ranking.json", "recipe.yaml"} and names <= ours):
+        return
+    others = sorted(names - ours)[:3]
+    raise NormsearchError(f"--out {out_dir}: the folder holds files the report did not write ({', '.join(others)}"
+                          f"{', ...' if len(names - ours) > 3 else ''}); give an empty or new folder, or --force to "
+                          f"write into it anyway")
+
+
+def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, objective: str | None = None,
+                 evaluator=None, top: int = 3, force: bool = False) -> Ranking:
+    """Rank the study and write ``report.md``, ``ranking.csv``, ``ranking.json`` and the PNG plots
+    into ``out_dir`` (created; see :func:`check_out_dir` for which folders it writes into).
+    ``handle_or_study``: a StudyHandle, an optuna Study or a results folder. ``evaluator``: an
+    Optuna importance evaluator (default PED-ANOVA, see :func:`site_importance`). Returns the
+    ranking (print it with :func:`normsearch.report.ranking_table`)."""
+    from . import _plots as P
+
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir, force)
+    ranking = rank(handle_or_study, against=against, objective=objective)
+    effects = site_effects(ranking)
+    importance = site_importance(ranking, evaluator)
+    previous = _previous_plots(out_dir) if out_dir.is_dir() else set()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    label = importance.evaluator + (f" (target_quantile={importance.target_quantile:g})"
+                                    if importance.target_quantile else "")
+    for name, fig in P.all_figures(ranking, effects, importance.importances, label, top).items():
+        P.save(fig, out_dir / f"{name}.png")
+        written[name] = f"{name}.png"
+    for stale in previous - set(written.values()):  # a plot this report's earlier run drew that has no data now
+        (out_dir / stale).unlink(missing_ok=True)
+    files = {"csv": "ranking.csv", "json": "ranking.json"}
+    write_csv(ranking, out_dir / files["csv"])
+    data = ranking_json(ranking, effects, importance, written)
+    (out_dir / files["json"]).write_text(json.dumps(data, indent=1) + "\n")
+    (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top))
+    return ranking

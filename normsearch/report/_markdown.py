@@ -1,0 +1,368 @@
+"""``report.md``: the ranking, the comparisons with the baselines, which sites matter, the
+diagnostics and the plots, in Markdown. It reads the ranking and the analysis; it computes nothing
+of its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ranking import Ranking, format_p
+from ._analysis import Importance, SiteEffect, diagnostics_summary
+from ._columns import TABLE, UNIT, kernels_text, num
+
+SMALL_PARAMS = 10_000_000  # below these a ranking is a demonstration, not a result
+SMALL_TOKENS = 100_000_000
+SMALL_SEEDS = 3
+
+PLOT_CAPTIONS = {
+    "loss_curves": ("Validation loss curves",
+                    "Validation loss against training step for the best found placements (solid) and the baselines "
+                    "(dashed), averaged over seeds at each architecture's best learning rate."),
+    "residual_rms": ("Residual-stream RMS by depth",
+                     "How large the residual stream is after the embedding and after every block, at initialisation "
+                     "and at the end of training (log scale). Pre-LN lets it grow with depth; Peri-LN keeps it "
+                     "bounded (Kim et al. 2025)."),
+    "grad_norm": ("Gradient norm by layer",
+                  "Gradient norm of each layer's FFN weights at initialisation and at the end of training (log "
+                  "scale). Post-LN concentrates gradient in the last layers at initialisation (Xiong et al. 2020)."),
+    "attention_logits": ("Largest attention logit during training",
+                         "The largest pre-softmax attention logit (over layers) at every evaluation. Without q/k "
+                         "norms it can grow without bound at high learning rates (Wortsman et al. 2023)."),
+    "loss_vs_lr": ("Final loss against learning rate",
+                   "Each architecture's final validation loss at every learning rate of the sweep; a red cross marks "
+                   "a learning rate where a seed diverged. A flat curve means low learning-rate sensitivity."),
+    "importance": ("Site importance",
+                   "Optuna's parameter importance of the search-space choices (see Which sites matter)."),
+    "site_effects": ("Mean score with minus without a norm, per site",
+                     "Raw difference of mean scores between architectures with a norm at the site in every layer and "
+                     "those with none there (see Which sites matter)."),
+    "history": ("Optimisation history",
+                "Every finished trial's score by trial number, the best searched placement so far, and the best "
+                "baseline."),
+}
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _count(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def score_definition(objective: str) -> str:
+    if objective == "robust":
+        return (f"the validation loss in {UNIT} at the end of training, averaged over the whole learning-rate sweep "
+                f"and over seeds (the `robust` objective: it punishes divergence and a narrow learning-rate basin). "
+                f"Its 95% CI is Student's t over the seeds' own sweep averages")
+    return (f"the validation loss in {UNIT} at the end of training, averaged over seeds at the architecture's best "
+            f"learning rate (the `mean` objective; the best learning rate is the one with the lowest mean among "
+            f"those where no seed diverged). Its 95% CI is Student's t over the seeds")
+
+
+def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
+    rec = ranking.recipe
+    model, data, train, search = rec.model, rec.data, rec.train, rec.search
+    ranked = ranking.ranked
+    n_base = sum(r.is_baseline for r in ranked)
+    n_pruned = sum(r.state == "PRUNED" for r in ranking.rows)
+    lines = [f"# normsearch report: `{ranking.study}`", ""]
+
+    # the two notices that change how everything below should be read
+    if not ranking.finished:
+        waiting = ranking.n_trials.get("WAITING", 0)
+        state = "still running" if ranking.running else "not finished"
+        lines += [f"> **The study is {state}** ({ranking.running} trial(s) running, {waiting} waiting to start). "
+                  f"This report ranks the {len(ranked)} architecture(s) that have finished; run `normsearch report` "
+                  f"again when the study ends.", ""]
+    reasons = []
+    max_params = max((r.n_params for r in ranked), default=0)
+    tokens_run = ranking.cost.tokens_per_run
+    seeds = train.seeds
+    if ranked and max_params < SMALL_PARAMS:
+        reasons.append(f"the models have at most {_count(max_params)} parameters")
+    if tokens_run is not None and tokens_run < SMALL_TOKENS:
+        reasons.append(f"each run trains on {_count(tokens_run)} tokens")
+    if len(seeds) < SMALL_SEEDS:
+        reasons.append(f"each architecture has {len(seeds)} seed(s)")
+    if reasons:
+        lines += ["> **A demonstration, not a scientific result.** At this size (" + "; ".join(reasons) + ") the "
+                  "ranking shows how the tool works. Which placement wins in a small, briefly trained model often "
+                  "changes at scale, and differences inside the confidence intervals are noise.", ""]
+
+    lines += ["## What was measured", ""]
+    lines.append(f"- **Study** `{ranking.study}`: {len(ranked)} architecture(s) ranked ({n_base} baseline(s) from "
+                 f"the papers, {len(ranked) - n_base} found by the search)"
+                 + (f", {n_pruned} pruned before the end" if n_pruned else "")
+                 + ". Trials by state: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(ranking.n_trials.items()))
+                 + ". Several trials that proposed the same network are one row.")
+    lines.append(f"- **Model**: {model.n_layers} layers, width {model.d_model}, {model.n_heads} heads, context "
+                 f"{model.context_length} tokens, vocabulary {model.vocab_size}. **Data**: {data.corpus or data.path}, "
+                 f"{data.tokenizer} tokens.")
+    if True:
+        lrs = ", ".join(f"{x:g}" for x in train.lr)
+        n_seeds, n_lr = len(train.seeds), len(train.lr)
+        per_run = f" ({_count(tokens_run)} tokens)" if tokens_run else ""
+        lines.append(f"- **Training**: every architecture, baselines included, gets the same budget: {n_seeds} "
+                     f"seed(s) x {n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, each "
+                     f"{train.steps} steps of {train.batch_size} sequences{per_run}. Seeds: "
+                     f"{', '.join(map(str, train.seeds))}.")
+    lines.append(f"- **Score** (lower is better): {score_definition(ranking.objective)}. A run that diverged counts "
+                 f"as its loss at initialisation (Wortsman et al. 2023). "
+                 + f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines.")
+    second = search.second_objective
+    if second and second != "none":
+        lines.append(f"- This study also optimised {second} (a Pareto search); this ranking orders by the loss only.")
+    c = ranking.cost
+    if c.runs:
+        tps = f", {c.tokens_per_s:,.0f} tokens/s on average" if c.tokens_per_s else ""
+        tokens = f", {_count(c.tokens)} tokens" if c.tokens else ""
+        lines.append(f"- **Cost**: {c.runs} training runs, {_duration(c.wall_time_s)} of training in total "
+                     f"(the sum of the runs' wall-clock times){tokens}{tps}.")
+    envs = sorted({(r.device or "?", r.precision or "?", kernels_text(r)) for r in ranking.rows if r.runs})
+    if envs:
+        lines.append("- **Hardware and kernels**: " + "; ".join(f"{d}, precision {p}, norm kernels {k}"
+                                                                for d, p, k in envs) + ".")
+    if files.get("csv"):
+        lines.append(f"- The same rows as data: [{files['csv']}]({files['csv']}), [{files['json']}]({files['json']}).")
+    lines.append("")
+    return lines
+
+
+def _table(ranking: Ranking) -> list[str]:
+    from ..spec import SITE_ABBREV
+
+    lines = ["## Ranking", "", "| " + " | ".join(c.title for c in TABLE) + " |",
+             "|" + "|".join("---" for _ in TABLE) + "|"]
+    for r in ranking.rows:
+        lines.append("| " + " | ".join(_md(c.cell(r, markdown=True)) for c in TABLE) + " |")
+    tags = {t.split(":")[0].rstrip("F") for r in ranking.rows for t in r.sites.replace("|", " ").split()}
+    used = [a for s, a in SITE_ABBREV.items() if a in tags and a != s]
+    names = {v: k for k, v in SITE_ABBREV.items()}
+    lines += ["", "How to read it:", "",
+              "- **label**: a baseline's name, or `t<N>` for the placement found by trial N of the search.",
+              "- **sites**: where the norms are, per block then after `|` the model-level ones, and the norm kind in "
+              "brackets; `L0: ...; L1-3: ...` when layers differ, `F` after q/k/v: normalised over the full width "
+              "instead of per head. "
+              + (", ".join(f"`{t}` = {names[t]}" for t in used) + "." if used else ""),
+              "- **score**: see *Score* above; **seeds**: seeds behind it; **runs**: every (seed, learning rate) "
+              "run; **diverged**: runs that diverged (NaN or a loss far above its start).",
+              "- **best lr**: the learning rate the score is taken at; **lr sens.**: learning-rate sensitivity as "
+              "Wortsman et al. (2023) define it, the mean over the sweep of the final loss (capped at the loss at "
+              "initialisation) minus its minimum: 0 is perfectly flat, larger means a narrow basin; `-` with one "
+              "learning rate.",
+              "- **params**: parameters of the model; **tokens/s**: training throughput (mean over runs that did not "
+              "diverge); **kernels**: the norm implementation (torch, or fused Triton kernels with their version); "
+              "**arch_id**: the network's identity (a hash of where every norm sits).", ""]
+    return lines
+
+
+def _verdict_line(ranking: Ranking, a: str) -> str:
+    """One sentence: do found placements beat baseline ``a`` beyond noise?"""
+    found = [(r, r.comparison(a)) for r in ranking.ranked if not r.is_baseline and r.comparison(a) is not None]
+    compared = [(r, c) for r, c in found if c.compared]
+    better = [(r, c) for r, c in compared if c.verdict == "better"]
+    if not found:
+        return f"No found placement has finished yet to compare with `{a}`."
+    if not compared:
+        return f"No found placement could be compared with `{a}`: {found[0][1].verdict}."
+    if better:
+        r, c = better[0]
+        return (f"**{len(better)} of {len(compared)} found placement(s) beat `{a}` beyond noise**: "
+                f"{', '.join(r.label for r, _ in better)} (the best, {r.label}, by {-c.diff:.3f} {UNIT}, "
+                f"{format_p(c.p_value)}).")
+    r, c = compared[0]
+    return (f"**No found placement beats `{a}` beyond noise** ({len(compared)} compared; the best, {r.label}, "
+            f"differs by {c.diff:+.3f} {UNIT}, {format_p(c.p_value)}: {c.verdict}).")
+
+
+def _summary(ranking: Ranking) -> list[str]:
+    ranked = ranking.ranked
+    if not ranked:
+        return []
+    best = ranked[0]
+    bases = [r for r in ranked if r.is_baseline]
+    lines = ["## In short", ""]
+    ci = f" (95% CI [{best.ci_low:.4f}, {best.ci_high:.4f}])" if best.ci_low is not None else ""
+    kind = "a baseline" if best.is_baseline else "found by the search"
+    lines.append(f"- Best architecture: **{best.label}** ({kind}, sites `{best.sites}`), "
+                 f"{best.score_mean:.4f} {UNIT}{ci}.")
+    if bases and not best.is_baseline:
+        b = bases[0]
+        lines.append(f"- Best baseline: **{b.label}**, {b.score_mean:.4f} {UNIT} (rank {b.rank}).")
+    for a in ranking.against:
+        if a not in ranking.missing_against:
+            lines.append(f"- Against `{a}`: " + _verdict_line(ranking, a))
+    if ranked and ranked[0].n_seeds < 2:
+        lines.append("- One seed per architecture: no confidence intervals and no comparisons; the order of the "
+                     "rows may be noise.")
+    return lines + [""]
+
+
+def _comparisons(ranking: Ranking) -> list[str]:
+    lines = ["## Against the baselines", ""]
+    lines.append("Each architecture is compared with a baseline on the seeds both have: the difference of their "
+                 "scores seed by seed (negative: lower loss than the baseline), the 95% CI of its mean (Student's t), "
+                 "and the p-value of a two-sided paired t-test. A difference counts only if p < 0.05; otherwise it "
+                 "is **within noise**. With one seed nothing is compared. The p-values are not corrected for "
+                 "multiple comparisons: of many comparisons, about 1 in 20 will look significant by chance.")
+    lines.append("")
+    for a in ranking.missing_against:
+        lines += [f"- `{a}` is not a finished architecture of this study: nothing is compared with it.", ""]
+    for a in ranking.against:
+        if a in ranking.missing_against:
+            continue
+        comps = [(r, r.comparison(a)) for r in ranking.ranked if r.comparison(a) is not None]
+        lines += [f"### Against `{a}`", ""]
+        lines.append(_verdict_line(ranking, a))
+        lines.append("")
+        for r, c in comps:
+            lines.append("- " + c.sentence(r.label, UNIT))
+        lines += ["", "| label | seeds | difference | 95% CI | p | verdict |", "|---|---|---|---|---|---|"]
+        for r, c in comps:
+            ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "-"
+            diff = f"{c.diff:+.4f}" if c.diff is not None else "-"
+            p = "-" if c.p_value is None else f"{c.p_value:.3g}"
+            lines.append(f"| {_md(r.label)} | {c.n} | {diff} | {ci} | {p} | {c.verdict} |")
+        lines.append("")
+    return lines
+
+
+def _param_text(name: str) -> str:
+    if name.startswith("site."):
+        body, _, rng = name[5:].partition("@")
+        text = body.replace("+", " + ") + (" (tied)" if "+" in body else "")
+        return text + (f", depth range {rng}" if rng else "")
+    if name.startswith("gran."):
+        return f"granularity of {name[5:]}"
+    if name == "kind":
+        return "norm kind"
+    return name
+
+
+def _sites_section(ranking: Ranking, effects: list[SiteEffect], imp: Importance) -> list[str]:
+    lines = ["## Which sites matter", "", "### Parameter importance (Optuna)", ""]
+    if imp.ok:
+        q = (f" with `target_quantile={imp.target_quantile:g}`: how much each choice matters for an architecture to "
+             f"be among the best {imp.target_quantile:.0%}") if imp.target_quantile else ""
+        lines.append(f"Evaluator: `{imp.evaluator}`{q}. Computed over the {imp.n_architectures} ranked "
+                     f"architectures of the search space (one trial each; baselines outside the space have no "
+                     f"choices and are left out). Importances sum to 1; with few architectures they are rough.")
+        lines += ["", "| choice | options | importance |", "|---|---|---|"]
+        for k, v in imp.importances.items():
+            lines.append(f"| {_md(_param_text(k))} (`{k}`) | {', '.join(ranking.param_choices.get(k, []))} "
+                         f"| {v:.3f} |")
+    else:
+        lines.append(f"Evaluator: `{imp.evaluator}`: {imp.note}.")
+    if imp.constant:
+        lines.append("")
+        lines.append("Same choice in every architecture (no importance to measure): "
+                     + ", ".join(f"`{k}`" for k in imp.constant) + ".")
+    lines += ["", "### Mean score with and without a norm at each site", ""]
+    if not effects:
+        lines.append("No ranked architecture to compare.")
+        return lines + [""]
+    lines.append("Over all ranked architectures (baselines included, each once): **with** = a norm at the site in "
+                 "every layer (for `embed`/`final`: present), **some layers** = in some layers only, **without** = "
+                 "in none. The difference is mean with minus mean without (negative: architectures with the norm "
+                 "there have lower loss). These are raw means, not controlled for the other sites, and the sampler "
+                 "proposes more of what worked, so read them as hints.")
+    lines += ["", "| site | with: n | with: mean | some layers: n | some layers: mean | without: n | without: mean "
+              "| with - without |", "|---|---|---|---|---|---|---|---|"]
+    for e in effects:
+        diff = f"{e.diff:+.4f}" if e.diff is not None else "-"
+        lines.append(f"| {e.site} | {e.n_with} | {num(e.mean_with)} | {e.n_some} | {num(e.mean_some)} | "
+                     f"{e.n_without} | {num(e.mean_without)} | {diff} |")
+    return lines + [""]
+
+
+def _diagnostics_section(ranking: Ranking) -> list[str]:
+    rows = diagnostics_summary(ranking)
+    if not rows:
+        return []
+    lines = ["## Diagnostics at a glance", "",
+             "From the runs at each architecture's best learning rate, mean over seeds: the RMS of the residual "
+             "stream after the last block at initialisation and at the end, and its growth from the first block's "
+             "output to the last's at the end (Kim et al. 2025); the largest attention logit at the end and at its "
+             "peak during training (Wortsman et al. 2023); the last layer's FFN gradient norm over the first's at "
+             "initialisation (> 1: gradient largest near the output, as Xiong et al. 2020 find for Post-LN); and "
+             "the loss spikes of those runs. The plots below show the full curves.", "",
+             "| label | stream RMS, init | stream RMS, end | growth over depth, end | max logit, end | "
+             "max logit, peak | grad last/first, init | spikes |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d in rows:
+        lines.append("| " + " | ".join([_md(d["label"]), num(d["resid_rms_last_init"], "{:.3g}"),
+                                        num(d["resid_rms_last_end"], "{:.3g}"), num(d["resid_growth_end"], "{:.2f}x"),
+                                        num(d["max_logit_end"], "{:.3g}"), num(d["max_logit_peak"], "{:.3g}"),
+                                        num(d["grad_last_over_first_init"], "{:.3g}"), str(d["spikes"])]) + " |")
+    return lines + [""]
+
+
+def _plots_section(plots: dict[str, str], top: int) -> list[str]:
+    lines = ["## Plots", ""]
+    if not plots:
+        return lines + ["No plot could be drawn (no finished runs).", ""]
+    lines.append(f"The curve plots show the {top} best found placements and every baseline.")
+    lines.append("")
+    for name, (title, caption) in PLOT_CAPTIONS.items():
+        if name in plots:
+            lines += [f"### {title}", "", caption, "", f"![{title}]({plots[name]})", ""]
+    missing = [PLOT_CAPTIONS[n][0] for n in PLOT_CAPTIONS if n not in plots]
+    if missing:
+        lines += ["Not drawn (no data for them): " + ", ".join(missing) + ".", ""]
+    return lines
+
+
+def _problems(ranking: Ranking) -> list[str]:
+    lines = []
+    div = [r for r in ranking.rows if r.n_diverged]
+    if div:
+        lines += ["### Diverged runs", ""]
+        for r in div:
+            where = ", ".join(f"seed {x.seed} at lr {float(x.lr):g}"
+                              + (f" (step {x.diverged_step})" if x.diverged_step is not None else "")
+                              for x in r.runs if x.diverged)
+            lines.append(f"- {r.label}: {r.n_diverged} of {r.n_runs} runs diverged: {where}.")
+        lines.append("")
+    if ranking.running_trials:
+        lines += ["### Still running", ""]
+        for t in ranking.running_trials:
+            total = f"/{t.runs_total}" if t.runs_total else ""
+            lines.append(f"- trial {t.number} ({t.label}, `{t.arch_id or '?'}`): {t.runs_done}{total} "
+                         f"runs done.")
+        lines.append("")
+    if ranking.failures:
+        lines += ["### Failed trials", "", "Failed trials are not ranked; a dead worker's trial is retried.", ""]
+        for f in ranking.failures:
+            lines.append(f"- trial {f.number} ({f.label}): {_md(f.failure)}")
+        lines.append("")
+    return (["## Failures, divergences, unfinished work", ""] + lines) if lines else []
+
+
+def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Importance,
+                    plots: dict[str, str] | None = None, files: dict[str, str] | None = None, top: int = 3) -> str:
+    """``report.md``'s text. ``plots``: name -> file name (relative to the report)."""
+    lines = _header(ranking, files or {})
+    at = lines.index("## What was measured")
+    lines[at:at] = _summary(ranking)
+    if not ranking.rows:
+        lines += ["No architecture has finished yet: nothing to rank.", ""]
+    else:
+        lines += _table(ranking) + _comparisons(ranking) + _sites_section(ranking, effects, importance)
+        lines += _diagnostics_section(ranking)
+        lines += _plots_section(plots or {}, top)
+    lines += _problems(ranking)
+    return "\n".join(lines).rstrip() + "\n"
+
+

@@ -1,0 +1,28 @@
+"""The search: an Optuna study whose trials are architectures.
+
+One trial = one placement evaluated over the recipe's seeds and learning-rate sweep, every run
+trained exactly as the baselines are. The modules:
+
+- :mod:`._open`: create or load a study, check the recipe, find one from a results folder;
+- :mod:`._loop`: ask, deduplicate, train, store (``run_study``);
+- :mod:`._liveness`: heartbeats, and reaping the trials of dead workers;
+- :mod:`._census`: where a study stands (``normsearch status``);
+- :mod:`._disk`: results on disk before storage, and sending them on;
+- :mod:`._samplers`: the sampler and pruner registries;
+- :mod:`._workers`: one local worker per GPU group;
+- :mod:`._optuna`: every use of Optuna's private API.
+
+The records a study stores are in :mod:`normsearch.records`.
+"""
+
+from ._census import Census, census, status_text
+from ._liveness import reap_dead_trials, worker_host, worker_id
+from ._loop import Search, StudyInterrupted, run_study
+from ._open import StudyHandle, fingerprint, open_results, open_study, recipe_of
+from ._samplers import PRUNERS, SAMPLERS, make_pruner, make_sampler
+
+__all__ = [
+    "Census", "PRUNERS", "SAMPLERS", "Search", "StudyHandle", "StudyInterrupted", "census", "fingerprint",
+    "make_pruner", "make_sampler", "open_results", "open_study", "reap_dead_trials", "recipe_of", "run_study",
+    "status_text", "worker_host", "worker_id",
+]

@@ -1,0 +1,319 @@
+"""The loop: ask for an architecture, deduplicate it, train its runs, store it (Optuna's
+ask-and-tell, driven by normsearch; compare ``optuna/study/_optimize.py``).
+
+- the baselines go first (enqueued, flagged ``baseline``), as ordinary points of the space where
+  the space can express them;
+- ``search.trials`` counts distinct searched architectures in total, across restarts and workers;
+- an architecture already evaluated (same ``arch_id``) is never trained again: a repeated proposal
+  reuses the stored result, and a proposal of an architecture another worker is training waits
+  for it;
+- a trial whose worker died is reaped and retried (:mod:`._liveness`); Ctrl-C marks the interrupted
+  trial so that the next run redoes it;
+- a storage that goes away mid-run is waited for: every read and write is retried with backoff
+  (:func:`normsearch.storage.retry`);
+- every finished run is written to ``results/<name>/runs/`` before it is sent to storage (:mod:`._disk`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import storage as _storage
+from ..baselines import baseline as get_baseline
+from ..errors import NormsearchError
+from ..recipe import Recipe
+from ..records import A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_WORKER, ArchRecord, RunResult, run_key
+from ..scoring import Score, score_runs
+from ..spec import Placement
+from ..storage import retry
+from . import _optuna
+from ._census import Census, census
+from ._disk import add_finished, keep_best_checkpoint, read_run, run_path, sync_local_results, write_json
+from ._liveness import Heartbeat, enqueue_retry, reap_dead_trials, worker_id
+from ._open import StudyHandle, directions, open_study
+
+log = logging.getLogger("normsearch")
+
+
+class StudyInterrupted(Exception):
+    """Ctrl-C: the running trial was marked for a rerun; finished trials are kept."""
+
+
+def _set_attrs(study, tid: int, attrs: dict[str, Any]) -> None:
+    for k, v in attrs.items():
+        retry(lambda k=k, v=v: _optuna.set_attr(study, tid, k, v), f"store {k}")
+
+
+class Search:
+    """One worker's search of one study."""
+
+    def __init__(self, handle: StudyHandle, display=None, verbose: bool = False, tokens=None):
+        self.handle, self.recipe, self.study = handle, handle.recipe, handle.study
+        self.display, self.verbose = display, verbose
+        self.tokens = tokens
+        self.multi = len(directions(self.recipe)) > 1
+        self.worker = worker_id()
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
+    def target(self) -> int:
+        return len(self.recipe.search.baselines) + self.recipe.search.trials
+
+    def enqueue_baselines(self):
+        existing = {t.user_attrs.get(A_BASELINE) for t in retry(lambda: self.study.get_trials(deepcopy=False), "read")
+                    if t.state.name != "FAIL"}
+        L, space = self.recipe.model.n_layers, self.recipe.space
+        for name in self.recipe.search.baselines:
+            if name in existing:
+                continue
+            p = get_baseline(name, self.recipe.search.norm_kind)
+            params = space.params_of(p, L) if space is not None else None
+            attrs = {A_BASELINE: name, A_LABEL: name}
+            retry(lambda params=params, attrs=attrs: self.study.enqueue_trial(params or {}, user_attrs=attrs),
+                  "enqueue a baseline")
+
+    def need(self, c: Census) -> int:
+        baselines_left = len([b for b in self.recipe.search.baselines if b not in c.baselines_done])
+        return baselines_left + max(0, self.recipe.search.trials - c.searched_done)
+
+    def show(self, c: Census):
+        if self.display is not None:
+            done = len([b for b in self.recipe.search.baselines if b in c.baselines_done]) + min(
+                c.searched_done, self.recipe.search.trials)
+            self.display.study(done, self.target(), c.status_line())
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self):
+        s = self.recipe.search
+        sync_local_results(self.handle)
+        self.enqueue_baselines()
+        errors = 0
+        proposals_without_news = 0
+        while True:
+            reap_dead_trials(self.study, s.grace, s.heartbeat)
+            c = census(self.study)
+            self.show(c)
+            need = self.need(c)
+            if need <= 0 and not c.running and not c.waiting:
+                return
+            if not c.waiting and need <= len(c.running):
+                time.sleep(min(2.0, s.heartbeat))  # others are on it; wait in case they die
+                continue
+            if proposals_without_news > 50 * max(1, need):
+                log.warning("the sampler keeps proposing architectures that were already evaluated; "
+                            "the space may hold fewer than search.trials distinct architectures")
+                return
+            trial = retry(self.study.ask, "ask for a trial")
+            try:
+                outcome = self.evaluate(trial)
+                errors = 0
+            except KeyboardInterrupt:
+                self._fail(trial, "interrupted (Ctrl-C)", retry_it=True)
+                raise StudyInterrupted() from None
+            except NormsearchError:
+                self._fail(trial, "stopped by an error", retry_it=True)
+                raise
+            except Exception as e:
+                self._fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
+                errors += 1
+                log.error("trial %d failed: %s: %s", trial.number, type(e).__name__, e)
+                if errors >= 3:
+                    raise
+                continue
+            proposals_without_news = proposals_without_news + 1 if outcome == "reused" else 0
+
+    def _fail(self, trial, why: str, retry_it: bool):
+        from optuna.trial import TrialState
+
+        short = min(10.0, _storage.default_patience())
+        tid = _optuna.trial_id(trial)
+        try:  # briefly: when the storage is what failed, the trial is reaped as dead later
+            retry(lambda: _optuna.set_attr(self.study, tid, A_FAILED, why), "mark the trial failed", patience=short)
+            retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "mark the trial failed", patience=short)
+            if retry_it:
+                enqueue_retry(self.study, retry(lambda: _optuna.get_trial(self.study, tid), "read", patience=short))
+        except Exception as e:  # the trial was already finished by someone else, or the storage is gone
+            log.debug("could not mark trial %d failed: %s", trial.number, e)
+
+    def _placement(self, trial) -> tuple[Placement, str | None]:
+        """The trial's architecture: its baseline, or the space's point."""
+        name = trial.user_attrs.get(A_BASELINE)
+        L, space = self.recipe.model.n_layers, self.recipe.space
+        if not name:
+            if space is None:
+                raise NormsearchError("the recipe has no `space` but search.trials > 0; add a space or set trials: 0")
+            return self._suggest(trial), None
+        placement = get_baseline(name, self.recipe.search.norm_kind)
+        fixed = retry(lambda: _optuna.system_attrs(self.study, _optuna.trial_id(trial)), "read").get("fixed_params")
+        if space is not None and fixed and self._suggest(trial).arch_id(L) != placement.arch_id(L):
+            raise NormsearchError(f"baseline {name} is not the point of the space it was enqueued as")
+        return placement, name
+
+    def evaluate(self, trial) -> str:
+        """Propose, deduplicate, train, store. Returns 'trained', 'reused' or 'surplus'."""
+        from optuna.trial import TrialState
+
+        s, L, tid = self.recipe.search, self.recipe.model.n_layers, _optuna.trial_id(trial)
+        placement, name = self._placement(trial)
+        record = ArchRecord(arch_id=placement.arch_id(L), label=name or f"t{trial.number}", baseline=name,
+                            placement=placement.to_dict(), sites=placement.resolve(L).describe(),
+                            trial_number=trial.number)
+        arch = record.arch_id
+        _set_attrs(self.study, tid, {**record.identity_attrs(), A_WORKER: self.worker})
+
+        # An architecture is trained once: reuse a finished one, wait for one in training.
+        while True:
+            c = census(self.study, exclude_number=trial.number)
+            if arch in c.done:
+                return self._reuse(trial, c.done[arch])
+            earlier = [t for t in c.running if t.user_attrs.get(A_ARCH) == arch and t.number < trial.number]
+            if not earlier:
+                break
+            with Heartbeat(self.study, tid, s.heartbeat):
+                time.sleep(min(2.0, s.heartbeat))
+            reap_dead_trials(self.study, s.grace, s.heartbeat)
+        if not name:  # a new searched architecture: is it one too many (a race between workers)?
+            lower = [t for t in c.running if t.number < trial.number]
+            in_flight = {t.user_attrs.get(A_ARCH) or f"?{t.number}" for t in lower if not t.user_attrs.get(A_BASELINE)}
+            if c.searched_done + len(in_flight - set(c.done) - c.baseline_archs) >= s.trials:
+                _set_attrs(self.study, tid, {A_FAILED: "surplus: the requested architectures are done"})
+                retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "release a surplus trial")
+                return "surplus"
+
+        with Heartbeat(self.study, tid, s.heartbeat):
+            state, runs, score = self.train(trial, placement, arch, record.label)
+        record.state = state.name
+        record.values = None if state == TrialState.PRUNED else self._values(score)
+        record.score = score.to_dict() if score else None
+        record.params = dict(trial.params)
+        record.distributions = {k: _dist_json(d) for k, d in trial.distributions.items()}
+        record.runs = [run_key(r.seed, r.lr) for r in runs]
+        write_json(self.handle.runs_dir / arch / "arch.json", record.to_json())  # on disk before storage
+        attrs = record.result_attrs()
+        try:
+            _set_attrs(self.study, tid, attrs)
+            retry(lambda: self.study.tell(trial, record.values, state=state), "store the result")
+        except NormsearchError:  # the storage stayed away: the result waits on disk for the next run
+            raise
+        except Exception:
+            now = retry(lambda: _optuna.get_trial(self.study, tid), "read the trial")
+            if now.state == state:  # a retried write whose first attempt had gone through
+                return "trained"
+            if now.state != TrialState.FAIL:
+                raise
+            # another worker took this trial for dead while it ran: store the result as a new trial,
+            # unless the architecture is done by now
+            log.warning("trial %d was taken for dead while it ran; storing its result as a new trial", trial.number)
+            if arch not in census(self.study).done:
+                add_finished(self.study, record, {**now.user_attrs, **attrs})
+        return "trained"
+
+    def _suggest(self, trial) -> Placement:
+        """The space's point for this trial. A storage error while its parameters are written is
+        retried; before each retry the trial's parameters are read back, so that a parameter whose
+        write did go through is kept (Optuna would sample it again)."""
+        attempts = [0]
+
+        def once():
+            if attempts[0]:
+                _optuna.reload_params(self.study, trial)
+            attempts[0] += 1
+            return self.recipe.space.suggest(trial)
+
+        return retry(once, "store the trial's parameters")
+
+    def _values(self, score: Score) -> list[float]:
+        second = self.recipe.search.second_objective
+        if second == "params":
+            return [score.value, float(score.n_params)]
+        if second == "throughput":
+            return [score.value, score.tokens_per_s]
+        return [score.value]
+
+    def _reuse(self, trial, done) -> str:
+        from optuna.trial import TrialState
+
+        prior = ArchRecord.from_trial(done)
+        prior.reused_from = done.number
+        _set_attrs(self.study, _optuna.trial_id(trial), prior.result_attrs())
+        state = done.state if done.state == TrialState.PRUNED else TrialState.COMPLETE
+        retry(lambda: self.study.tell(trial, None if state == TrialState.PRUNED else done.values, state=state),
+              "store a reused result")
+        return "reused"
+
+    def train(self, trial, placement: Placement, arch: str, label: str):
+        """Every (seed, lr) run of the architecture; runs already on disk are not redone."""
+        from optuna.trial import TrialState
+
+        from ..train import train_run
+
+        t = self.recipe.train
+        runs: list[RunResult] = []
+        state = TrialState.COMPLETE
+        for i, (seed, lr) in enumerate(t.runs):
+            path = run_path(self.handle.runs_dir, arch, seed, lr)
+            offset = i * t.steps
+            pruned = False
+
+            def on_eval(step, value, offset=offset):
+                if self.multi or not math.isfinite(value):
+                    return False
+                retry(lambda: trial.report(value, offset + step), "report an evaluation")
+                return retry(trial.should_prune, "ask the pruner")
+
+            if path.is_file():
+                result = read_run(path)
+                for point in result.curve[1:]:
+                    if on_eval(point["step"], point["val_bpb"]):
+                        pruned = True
+                        break
+            else:
+                result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
+                                   tokens=self._tokens(), progress=self.display, on_eval=on_eval,
+                                   verbose=self.verbose, checkpoint=path.with_suffix(".safetensors"), label=label)
+                pruned = result.pruned
+                if not pruned:
+                    write_json(path, result.to_dict())
+            _set_attrs(self.study, _optuna.trial_id(trial), {run_key(seed, lr): result.compact()})
+            runs.append(result)
+            if pruned:
+                state = TrialState.PRUNED
+                break
+        score = score_runs(runs, self.recipe.search.objective) if state == TrialState.COMPLETE else None
+        if score is not None:
+            seed = min(score.seeds_at_best, key=score.seeds_at_best.__getitem__)
+            keep_best_checkpoint(self.handle, arch, seed, score.best_lr, score.seeds_at_best[seed])
+        return state, runs, score
+
+    def _tokens(self):
+        if self.tokens is None:
+            from ..data import load_tokens
+
+            self.tokens = load_tokens(self.recipe.data)
+        return self.tokens
+
+
+def _dist_json(d) -> str:
+    from optuna.distributions import distribution_to_json
+
+    return distribution_to_json(d)
+
+
+def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, display=None, verbose: bool = False,
+              seed_offset: int = 0) -> StudyHandle:
+    """Run (or resume, or join as one more worker) the recipe's study until its baselines and
+    ``search.trials`` searched architectures are evaluated. Returns the study's handle."""
+    from ..recipe import load_recipe
+
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    if recipe.space is None and recipe.search.trials > 0:
+        raise NormsearchError("the recipe has no `space` but search.trials > 0; add a space or set search.trials: 0")
+    handle = open_study(recipe, storage, seed_offset=seed_offset)
+    Search(handle, display, verbose).run()
+    return handle
