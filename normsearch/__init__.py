@@ -31,8 +31,8 @@ _API = {
     "run_trial": "trial",
     "run_study": "study",
     "rank": "ranking",
-    "export": "exporter",
-    "load_exported": "exporter",
+    "export": "export",
+    "load_exported": "export",
 }
 
 __all__ = ["__version__", *_API]
