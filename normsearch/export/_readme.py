@@ -21,8 +21,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _notes(spec: NormSpec, with_kind: bool) -> list[str]:
-    notes = [spec.kind] if with_kind else []
+def _notes(spec: NormSpec) -> list[str]:
+    notes = [spec.kind]
     if spec.granularity:
         notes.append("per head" if spec.granularity == "head" else "full width")
     defaults = NORM_KINDS[spec.kind].options
@@ -30,11 +30,11 @@ def _notes(spec: NormSpec, with_kind: bool) -> list[str]:
 
 
 def _site_text(site: str, spec: NormSpec) -> str:
-    return f"{site} ({', '.join(_notes(spec, True))})"
+    return f"{site} ({', '.join(_notes(spec))})"
 
 
 def _spec_text(spec: NormSpec | None) -> str:
-    return "-" if spec is None else ", ".join(_notes(spec, True))
+    return "-" if spec is None else ", ".join(_notes(spec))
 
 
 def readme(placement: Placement, config: ModelConfig, resolved: ResolvedPlacement,
