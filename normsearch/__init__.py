@@ -34,8 +34,8 @@ _API = {
     "RunResult": "records",
     "run_study": "search",
     "rank": "ranking",
-    "export": "exporter",
-    "load_exported": "exporter",
+    "export": "export",
+    "load_exported": "export",
 }
 
 __all__ = ["__version__", *_API]

@@ -311,8 +311,8 @@ def _print_report(handle, folder: Path, against, force: bool = False):
 @user_errors
 def export_cmd(
     study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
-    out: Path = typer.Option(..., "--out", "-o", help="The folder to write spec.yaml, model.py, "
-                             "model.safetensors and README.md to."),
+    out: Path = typer.Option(..., "--out", "-o", help="The folder to write spec.yaml, config.json, model.py, "
+                             "norms.py, model.safetensors and README.md to."),
     rank: Optional[int] = typer.Option(None, "--rank", help="The K-th architecture of the ranking."),
     trial: Optional[int] = typer.Option(None, "--trial", help="The architecture trial N evaluated."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="A baseline of the study, by name."),
@@ -323,7 +323,7 @@ def export_cmd(
     overwrite: bool = typer.Option(False, help="Replace an earlier export in --out."),
 ):
     """Export an architecture of a study as a standalone PyTorch module (torch alone needed)."""
-    from .exporter import export
+    from .export import EXPORT_FILES, export
 
     if steps is not None and steps < 1:
         raise NormsearchError("--steps must be >= 1")
@@ -332,7 +332,7 @@ def export_cmd(
     with RunBar() as bar:
         path = export(study, out, rank=rank, trial=trial, baseline=baseline, retrain=retrain, steps=steps,
                       storage=storage, study_name=study_name, overwrite=overwrite, progress=bar)
-    typer.echo(f"exported to {path}: spec.yaml, model.py, model.safetensors, README.md")
+    typer.echo(f"exported to {path}: {', '.join(EXPORT_FILES)}")
     typer.echo(f"  load it: import sys; sys.path.insert(0, {str(path)!r}); from model import from_pretrained; "
                f"model = from_pretrained()")
 

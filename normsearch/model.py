@@ -18,13 +18,19 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .kernels import get_kernel, resolve_backend
 from .norms import NORM_KINDS
-from .spec import BLOCK_SITES, QKV_SITES, NormSpec, Placement
+from .spec import BLOCK_SITES, SITE, NormSpec, Placement
 
 log = logging.getLogger("normsearch")
 
 
 # --------------------------------------------------------------------------------------------------
 # Norm sites
+
+
+def is_norm_parameter(name: str) -> bool:
+    """Whether the parameter ``name`` (as ``named_parameters`` gives it) belongs to a norm: norms
+    live in the ``norms`` dicts, at ``blocks.{i}.norms.{site}.*`` and ``norms.{embed,final}.*``."""
+    return ".norms." in f".{name}"
 
 
 class NoNorm(nn.Module):
@@ -75,6 +81,14 @@ IDENTITY = NoNorm()  # stateless: one instance serves every call site that needs
 
 def make_norm(spec: NormSpec | None, dim: int, group: int | None = None, kernels: str = "torch") -> nn.Module:
     return NoNorm() if spec is None else Norm(spec, dim, group, kernels)
+
+
+def site_norm(site: str, spec: NormSpec | None, config: ModelConfig, kernels: str = "torch") -> nn.Module:
+    """The norm at ``site`` (an identity where ``spec`` is None), as wide as the site table says."""
+    if spec is None:
+        return NoNorm()
+    width = SITE[site].features(spec, config)
+    return Norm(spec, width, group=width if SITE[site].per_head(spec) else None, kernels=kernels)
 
 
 def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module = IDENTITY) -> tuple[Tensor, Tensor]:
@@ -159,16 +173,7 @@ class FFN(nn.Module):
 class Block(nn.Module):
     def __init__(self, sites: dict[str, NormSpec], config: ModelConfig, kernels: str = "torch"):
         super().__init__()
-        C, hd = config.d_model, config.head_dim
-
-        def site(name):
-            spec = sites.get(name)
-            if name in QKV_SITES and spec is not None and spec.granularity == "head":
-                return make_norm(spec, C, group=hd, kernels=kernels)
-            dim = config.ffn_dim if name == "ffn_mid" else C
-            return make_norm(spec, dim, kernels=kernels)
-
-        self.norms = nn.ModuleDict({name: site(name) for name in BLOCK_SITES})
+        self.norms = nn.ModuleDict({name: site_norm(name, sites.get(name), config, kernels) for name in BLOCK_SITES})
         self.attn = Attention(config)
         self.ffn = FFN(config)
 
@@ -197,8 +202,8 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, C)
         self.wpe = None if config.rope else nn.Embedding(config.context_length, C)
         self.norms = nn.ModuleDict({
-            "embed": make_norm(self.resolved.embed, C, kernels=kernels),
-            "final": make_norm(self.resolved.final, C, kernels=kernels),
+            "embed": site_norm("embed", self.resolved.embed, config, kernels),
+            "final": site_norm("final", self.resolved.final, config, kernels),
         })  # fmt: skip
         self.blocks = nn.ModuleList(
             Block(self.resolved.block(i), config, kernels) for i in range(config.n_layers)
@@ -214,7 +219,7 @@ class Transformer(nn.Module):
         std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * cfg.d_model))
         resid_std = std / math.sqrt(2 * cfg.n_layers) if cfg.init == "gpt" else std
         for name, p in self.named_parameters():
-            if ".norms." in f".{name}":
+            if is_norm_parameter(name):
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
             if name.endswith(("attn.out.weight", "ffn.down.weight")):
                 nn.init.normal_(p, 0.0, resid_std)
@@ -264,7 +269,7 @@ class Transformer(nn.Module):
                 a.probe, a.max_logit = False, None
 
     def num_parameters(self, norms_only: bool = False) -> int:
-        params = {id(p): p for n, p in self.named_parameters() if not norms_only or ".norms." in f".{n}"}
+        params = {id(p): p for n, p in self.named_parameters() if not norms_only or is_norm_parameter(n)}
         return sum(p.numel() for p in params.values())
 
 
@@ -283,6 +288,6 @@ def build_model(placement: Placement | str | dict, config: ModelConfig | dict | 
         config = ModelConfig()
     elif not isinstance(config, ModelConfig):
         config = ModelConfig.from_dict(config)
-    backend = resolve_backend(kernels)
+    backend = resolve_backend(kernels, placement.kinds())
     log.info("norm kernels: %s (requested %s)", backend, kernels)
     return Transformer(placement, config, kernels=backend)

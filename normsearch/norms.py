@@ -8,6 +8,10 @@ behind the same kinds; which one runs is chosen in :func:`normsearch.model.build
 This module is importable without torch: spec validation, the command line and the search space read
 the registry; torch is imported only when a norm actually runs.
 
+The class is also what an export ships: :meth:`NormKind.torch_source` (by default the class's own
+source) is written into the exported folder's ``norms.py``, so ``forward`` imports what it needs
+inside itself. A kind without a Triton kernel runs on torch (``normsearch.kernels``).
+
 Adding a kind::
 
     @register_norm
@@ -61,14 +65,16 @@ class NormKind:
         """Normalise over the last dimension of ``x`` with parameters ``p`` (name -> tensor)."""
         raise NotImplementedError
 
+    @classmethod
+    def torch_source(cls) -> str:
+        """This kind as Python source that runs with torch alone, defining a class named as this one
+        (a subclass of ``NormKind``, ``name``, ``options``, ``parameters``, ``forward``): what an
+        export writes into its ``norms.py``. By default the class's own source; override it for a
+        kind whose methods use names from around the class."""
+        import inspect
+        import textwrap
 
-def _affine(y, p):
-    w, b = p.get("weight"), p.get("bias")
-    if w is not None:
-        y = y * w
-    if b is not None:
-        y = y + b
-    return y
+        return textwrap.dedent(inspect.getsource(cls))
 
 
 @register_norm
@@ -135,4 +141,9 @@ class DyT(NormKind):
     def forward(x, p, o):
         import torch
 
-        return _affine(torch.tanh(p["alpha"] * x), p)
+        y = torch.tanh(p["alpha"] * x)
+        if p.get("weight") is not None:
+            y = y * p["weight"]
+        if p.get("bias") is not None:
+            y = y + p["bias"]
+        return y

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from .config import ModelConfig
 from .norms import NORM_KINDS
-from .spec import QKV_SITES, NormSpec, Placement, ResolvedPlacement, _span
+from .spec import RESIDUAL_ADD, SITE, SITE_TABLE, NormSpec, Placement, ResolvedPlacement, layer_span
 
 
 def norm_param_count(resolved: ResolvedPlacement, config: ModelConfig) -> int:
     def count(spec: NormSpec | None, site: str) -> int:
         if spec is None:
             return 0
-        dim = config.ffn_dim if site == "ffn_mid" else config.d_model
-        if site in QKV_SITES and spec.granularity == "head":
-            dim = config.head_dim
+        dim = SITE[site].features(spec, config)
         shapes = NORM_KINDS[spec.kind].parameters(spec.opts).values()
         return sum(dim if shape == "dim" else 1 for shape, _ in shapes)
 
@@ -36,27 +34,34 @@ def _label(spec: NormSpec | None) -> str:
     return text
 
 
+_RESIDUAL = "x ──┬──────────────────────────────┐ residual"
+_ADD = "   (+)◄────────────────────────────┘"
+
+
 def block_picture(block: dict[str, NormSpec]) -> list[str]:
-    """The data flow of one block, every site in order; ``-`` marks a site without a norm."""
-    s = lambda name: _label(block.get(name))
-    qkv = "  ".join(f"{n}: {s(n)}" for n in QKV_SITES)
-    return [
-        "x ──┬──────────────────────────────┐ residual",
-        f"    │ attn_in   {s('attn_in')}",
-        f"    │ W_q W_k W_v -> {qkv}",
-        "    │ RoPE, softmax(qk^T/sqrt(d)) v, W_o",
-        f"    │ attn_out  {s('attn_out')}",
-        "   (+)◄────────────────────────────┘",
-        f"    │ attn_post {s('attn_post')}      (replaces the stream)",
-        "x ──┬──────────────────────────────┐ residual",
-        f"    │ ffn_in    {s('ffn_in')}",
-        "    │ W_up, activation",
-        f"    │ ffn_mid   {s('ffn_mid')}",
-        "    │ W_down",
-        f"    │ ffn_out   {s('ffn_out')}",
-        "   (+)◄────────────────────────────┘",
-        f"    │ ffn_post  {s('ffn_post')}      (replaces the stream)",
-    ]
+    """The data flow of one block, every site of the site table in order; ``-`` marks a site
+    without a norm. The q/k/v sites sit side by side, on the projections."""
+    lines: list[str] = []
+    stage = None
+    sites = [s for s in SITE_TABLE if s.stage != "model"]
+    for i, site in enumerate(sites):
+        if site.stage != stage:
+            lines.append(_RESIDUAL)
+            stage = site.stage
+        on_projections = site.width == SITE["q"].width
+        if on_projections and i and sites[i - 1].width == site.width:
+            continue  # drawn on the line of the first projection
+        if site.step == RESIDUAL_ADD:
+            lines.append(_ADD)
+        elif site.step and not on_projections:
+            lines.append(f"    │ {site.step}")
+        if on_projections:
+            row = [s for s in sites[i:] if s.width == site.width]
+            lines.append(f"    │ {site.step} " + "  ".join(f"{s.name}: {_label(block.get(s.name))}" for s in row))
+        else:
+            note = "      (replaces the stream)" if site.step == RESIDUAL_ADD else ""
+            lines.append(f"    │ {site.name:<9} {_label(block.get(site.name))}{note}")
+    return lines
 
 
 def show_text(placement: Placement, config: ModelConfig, source: str | None = None) -> str:
@@ -71,7 +76,7 @@ def show_text(placement: Placement, config: ModelConfig, source: str | None = No
         lines.append(f"source:  {source}")
     lines += ["", f"embed  {_label(r.embed)}"]
     for layers, block in r.groups():
-        lines.append(f"layer{'s' if len(layers) > 1 else ''} {_span(layers)}:")
+        lines.append(f"layer{'s' if len(layers) > 1 else ''} {layer_span(layers)}:")
         lines += ["  " + line for line in block_picture(dict(block))]
     lines.append(f"final  {_label(r.final)}")
     lines += ["", f"norm parameters: {norm_param_count(r, config):,}"]

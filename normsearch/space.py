@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from . import _yaml
 from .errors import NormsearchError, unknown
 from .norms import NORM_KINDS
-from .spec import BLOCK_SITES, GRANULARITIES, MODEL_SITES, QKV_SITES, SITES, NormSpec, Placement
+from .spec import BLOCK_SITES, GRANULARITIES, MODEL_SITES, QKV_SITES, SITES, NormSpec, Placement, fraction_layers
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 _KEYS = ("description", "kind", "sites", "tie", "granularity", "depth")
@@ -157,9 +157,8 @@ class SearchSpace:
             return None
         return values if ok else None
 
-    def _range_layers(self, i: int, n_layers: int) -> range:
-        a, b = self.ranges[i]
-        return range(math.floor(a * n_layers + 1e-9), math.floor(b * n_layers + 1e-9))
+    def _range_layers(self, i: int, n_layers: int) -> list[int]:
+        return fraction_layers(*self.ranges[i], n_layers)
 
     def check_depth(self, n_layers: int):
         for i, r in enumerate(self.ranges):

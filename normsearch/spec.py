@@ -22,21 +22,61 @@ from ._yaml import where
 from .errors import SpecError, unknown
 from .norms import NORM_KINDS
 
-BLOCK_SITES = (
-    "attn_in", "q", "k", "v", "attn_out", "attn_post",
-    "ffn_in", "ffn_mid", "ffn_out", "ffn_post",
-)  # fmt: skip
-MODEL_SITES = ("embed", "final")
-SITES = ("embed", *BLOCK_SITES, "final")
-QKV_SITES = ("q", "k", "v")
+D_MODEL, FFN_DIM, PROJECTION = "d_model", "ffn_dim", "head_dim or d_model"  # the width rules
+RESIDUAL_ADD = "(+)"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One norm site. ``width`` is the rule for how many features its norm normalises: ``d_model``,
+    ``ffn_dim``, or for the q/k/v projections ``head_dim or d_model`` (``head_dim`` at ``head``
+    granularity, one norm shared by the heads; else ``d_model``). ``stage`` is where it sits
+    (``model``, ``attention``, ``ffn``), ``abbrev`` its short name in summaries, and ``step`` the
+    computation just before it in the block's data flow (``(+)``: the residual add), as
+    ``normsearch show`` draws it."""
+
+    name: str
+    width: str
+    stage: str
+    abbrev: str
+    step: str = ""
+
+    def per_head(self, spec: NormSpec) -> bool:
+        """Whether the norm here normalises each head's slice, with parameters shared by the heads."""
+        return self.width == PROJECTION and spec.granularity == "head"
+
+    def features(self, spec: NormSpec, config: Any) -> int:
+        """The length of the norm's per-feature parameters at ``config`` (a ModelConfig)."""
+        if self.per_head(spec):
+            return config.head_dim
+        return config.ffn_dim if self.width == FFN_DIM else config.d_model
+
+
+#: Every site in data-flow order: ``embed``, the block's ten, ``final``. The one table of sites;
+#: the model, ``show``, the exporter, the search space and the report read it.
+SITE_TABLE = (
+    Site("embed", D_MODEL, "model", "emb"),
+    Site("attn_in", D_MODEL, "attention", "ai"),
+    Site("q", PROJECTION, "attention", "q", "W_q W_k W_v ->"),
+    Site("k", PROJECTION, "attention", "k"),
+    Site("v", PROJECTION, "attention", "v"),
+    Site("attn_out", D_MODEL, "attention", "ao", "RoPE, softmax(qk^T/sqrt(d)) v, W_o"),
+    Site("attn_post", D_MODEL, "attention", "ap", RESIDUAL_ADD),
+    Site("ffn_in", D_MODEL, "ffn", "fi"),
+    Site("ffn_mid", FFN_DIM, "ffn", "fm", "W_up, activation"),
+    Site("ffn_out", D_MODEL, "ffn", "fo", "W_down"),
+    Site("ffn_post", D_MODEL, "ffn", "fp", RESIDUAL_ADD),
+    Site("final", D_MODEL, "model", "fin"),
+)
+SITE = {s.name: s for s in SITE_TABLE}
+SITES = tuple(SITE)
+BLOCK_SITES = tuple(s.name for s in SITE_TABLE if s.stage != "model")
+MODEL_SITES = tuple(s.name for s in SITE_TABLE if s.stage == "model")
+QKV_SITES = tuple(s.name for s in SITE_TABLE if s.width == PROJECTION)
 GRANULARITIES = ("head", "full")
 
-# Short names for compact summaries (report tables, logs).
-SITE_ABBREV = {
-    "attn_in": "ai", "q": "q", "k": "k", "v": "v", "attn_out": "ao", "attn_post": "ap",
-    "ffn_in": "fi", "ffn_mid": "fm", "ffn_out": "fo", "ffn_post": "fp",
-    "embed": "emb", "final": "fin",
-}  # fmt: skip
+# Short names for compact summaries (report tables, logs): the block's sites, then the model's.
+SITE_ABBREV = {name: SITE[name].abbrev for name in (*BLOCK_SITES, *MODEL_SITES)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,8 +288,7 @@ class LayerSelector:
             if self.offset >= L:
                 raise SpecError(f"override starts at layer {self.offset}, but the model has {L} layers")
             return list(range(self.offset, L, self.value))
-        a, b = self.value
-        return list(range(math.floor(a * L + 1e-9), math.floor(b * L + 1e-9)))
+        return fraction_layers(*self.value, L)
 
     def to_dict(self) -> dict[str, Any]:
         if self.rule == "index":
@@ -503,14 +542,26 @@ class ResolvedPlacement:
         if len(groups) == 1:
             body = block(groups[0][1])
         else:
-            body = "; ".join(f"L{_span(ix)}: {block(b)}" for ix, b in groups)
+            body = "; ".join(f"L{layer_span(ix)}: {block(b)}" for ix, b in groups)
         model = [site(n, s) for n, s in (("embed", self.embed), ("final", self.final)) if s]
         text = body + (" | " + " ".join(model) if model else "")
         return text + (f"  [{common}]" if common else "")
 
 
-def _span(ix: list[int]) -> str:
-    return str(ix[0]) if len(ix) == 1 else f"{ix[0]}-{ix[-1]}"
+def layer_span(layers: Iterable[int]) -> str:
+    """Layer indices as runs: ``[0, 2, 3, 4]`` -> ``0, 2-4``; ``[1, 2, 3]`` -> ``1-3``."""
+    runs: list[list[int]] = []
+    for i in layers:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def fraction_layers(start: float, end: float, n_layers: int) -> list[int]:
+    """The layers i with floor(start L) <= i < floor(end L): a fraction of the depth."""
+    return list(range(math.floor(start * n_layers + 1e-9), math.floor(end * n_layers + 1e-9)))
 
 
 def parse_sites(names: Iterable[str]) -> list[str]:

@@ -30,7 +30,7 @@ from .config import ModelConfig
 from .data import DataConfig, Tokens, bits_per_byte, load_tokens
 from .errors import NormsearchError
 from .kernels import resolve_backend, triton_version
-from .model import Transformer, build_model
+from .model import Transformer, build_model, is_norm_parameter
 from .recipe import TrainConfig
 from .records import RunResult
 from .spec import BLOCK_SITES, Placement
@@ -73,7 +73,7 @@ def optimizer(model: Transformer, train: TrainConfig, lr: float):
     warmup-then-decay schedule stepped every optimizer step."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        (no_decay if ".norms." in f".{name}" or p.ndim < 2 else decay).append(p)
+        (no_decay if is_norm_parameter(name) or p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=lr, betas=(train.beta1, train.beta2), foreach=True)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(train))
@@ -244,7 +244,7 @@ def train_run(
         )
     accelerator = _accelerator(train)
     precision = _precision(train, accelerator)
-    kernels = resolve_backend(train.kernels)
+    kernels = resolve_backend(train.kernels, placement.kinds())
     if train.threads:
         torch.set_num_threads(train.threads)
 

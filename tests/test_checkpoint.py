@@ -1,6 +1,7 @@
 """Weights files: safetensors with tied embeddings stored once, strict loading, loud failures."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from safetensors import safe_open
 from normsearch.checkpoint import ARCH_ID_KEY, TIED_KEY, load_state_dict, read_metadata, save_weights
 from normsearch.config import ModelConfig
 from normsearch.errors import NormsearchError
-from normsearch.exporter import model_source
+from normsearch.export import standalone
 from normsearch.model import build_model
 
 CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8, tie_embeddings=True)
@@ -142,7 +143,7 @@ def test_checkpoint_of_one_placement_does_not_load_into_another(tmp_path):
 
 def test_the_exported_pure_torch_reader_reads_what_save_weights_writes(tmp_path):
     """model.py's own reader (torch.frombuffer on the raw file) against safetensors itself."""
-    (tmp_path / "model.py").write_text(model_source("pre_ln", CFG))
+    (tmp_path / "model.py").write_text(Path(standalone.__file__).read_text())  # an export's model.py
     spec = importlib.util.spec_from_file_location("exported_reader_check", tmp_path / "model.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -3,6 +3,8 @@
 The central check runs every exported folder in ONE fresh Python process where ``normsearch`` and
 ``safetensors`` cannot be imported, and compares its logits with normsearch's own model holding the
 same weights (float32 and float64), its parameter names, and its seeded initialisation.
+
+model.py is ``normsearch/export/standalone.py`` copied; the architecture is config.json beside it.
 """
 
 import ast
@@ -20,10 +22,10 @@ from normsearch.baselines import baselines
 from normsearch.checkpoint import save_weights
 from normsearch.config import ModelConfig
 from normsearch.errors import NormsearchError
-from normsearch.exporter import EXPORT_FILES, export_architecture, load_exported, model_source
+from normsearch.export import EXPORT_FILES, architecture, export_architecture, load_exported
 from normsearch.model import build_model
 from normsearch.norms import NORM_KINDS, NormKind, register_norm
-from normsearch.spec import BLOCK_SITES, Placement
+from normsearch.spec import BLOCK_SITES, QKV_SITES, Placement
 
 CFG = ModelConfig(vocab_size=32, n_layers=4, d_model=24, n_heads=2, context_length=8, tie_embeddings=True)
 
@@ -163,7 +165,7 @@ def exported(tmp_path_factory, one_thread):
     return root, refs, torch.load(root / "out.pt")
 
 
-def test_export_writes_the_four_files(exported):
+def test_export_writes_its_files(exported):
     root, _, _ = exported
     for name in CASES:
         assert sorted(p.name for p in (root / name).iterdir()) == sorted(EXPORT_FILES)
@@ -209,9 +211,9 @@ def test_load_exported_gives_the_same_model(exported):
 
 def test_exported_model_py_passes_ruff(exported):
     root, _, _ = exported
-    files = [str(root / name / "model.py") for name in CASES]
+    files = [str(root / name / f) for name in CASES for f in ("model.py", "norms.py")]
     res = subprocess.run([sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F,E,W", "--no-cache",
-                          *files], cwd=root, capture_output=True, text=True)
+                          "--line-length", "120", *files], cwd=root, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
 
 
@@ -238,53 +240,79 @@ def test_exported_model_py_has_no_unused_code_and_needs_torch_only(exported):
                 imported |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 imported.add(node.module.split(".")[0])
-        assert imported <= {"__future__", "json", "math", "pathlib", "torch"}, (name, imported)
+        assert imported <= {"__future__", "importlib", "json", "math", "pathlib", "torch"}, (name, imported)
         assert "strict=True" in source
+        norms = ast.parse((root / name / "norms.py").read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(norms) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(norms) if isinstance(n, ast.ImportFrom)}
+        assert imported <= {"__future__", "torch"}, (name, imported)
+
+
+def config_json(root, name):
+    return json.loads((root / name / "config.json").read_text())
 
 
 @pytest.mark.parametrize("name", ["pre_ln-rmsnorm", "hybridnorm_star-rmsnorm", "custom-every-set", "no-norms-at-all"])
-def test_absent_sites_do_not_appear(exported, name):
+def test_absent_sites_are_absent_from_the_data_and_identities_in_the_model(exported, name):
     root, _, _ = exported
     placement, config = CASES[name]
-    source = (root / name / "model.py").read_text()
     resolved = placement.resolve(config.n_layers)
-    used = set(re.findall(r'self\.norms\["(\w+)"\]', source))
-    assert used == resolved.present_sites()
-    declared = set(re.findall(r'^\s+"(\w+)": \w+\(', source, re.M))
-    assert declared == resolved.present_sites()
+    arch = config_json(root, name)
+    present = {s for b in arch["norms"]["blocks"] for s in b}
+    present |= {s for s in ("embed", "final") if arch["norms"][s] is not None}
+    assert present == resolved.present_sites()
+    # norms.py defines the kinds the placement uses, and no other
+    kinds = {s.kind for b in resolved.blocks for _, s in b} | {s.kind for s in (resolved.embed, resolved.final) if s}
+    source = (root / name / "norms.py").read_text()
     for kind, cls in (("rmsnorm", "RMSNorm"), ("layernorm", "LayerNorm"), ("dyt", "DyT")):
-        kinds = {s.kind for b in resolved.blocks for _, s in b} | {s.kind for s in (resolved.embed, resolved.final) if s}
         assert (f"class {cls}(" in source) == (kind in kinds), (name, cls)
 
 
-def test_one_block_class_per_distinct_layout(exported):
+def test_config_json_holds_each_layers_norms(exported):
     root, _, _ = exported
-    classes = lambda n: re.findall(r"^class (Block\d*)\(", (root / n / "model.py").read_text(), re.M)
-    assert classes("pre_ln-rmsnorm") == ["Block"]
-    assert classes("hybridnorm_star-rmsnorm") == ["Block0", "Block1"]
-    assert classes("mix_ln-layernorm") == ["Block0", "Block1"]
-    # every 2nd layer from 1, and the last layer too: layouts A B A C
-    assert classes("custom-every-set") == ["Block0", "Block1", "Block2"]
-    src = (root / "custom-every-set" / "model.py").read_text()
-    assert re.search(r"Block0\(\),.*\n\s+Block1\(\),.*\n\s+Block0\(\),.*\n\s+Block2\(\),", src)
+    for name in ("hybridnorm_star-rmsnorm", "mix_ln-layernorm", "custom-every-set"):
+        placement, config = CASES[name]
+        blocks = config_json(root, name)["norms"]["blocks"]
+        resolved = placement.resolve(config.n_layers)
+        assert [{s: (e["kind"], e["options"]) for s, e in b.items()} for b in blocks] == [
+            {s: (spec.kind, spec.opts) for s, spec in b} for b in resolved.blocks]
+    assert [sorted(b) for b in config_json(root, "custom-every-set")["norms"]["blocks"]] == [
+        ["attn_in", "ffn_in"], ["attn_out", "ffn_in", "k", "q"], ["attn_in", "ffn_in"],
+        ["attn_out", "ffn_in", "ffn_mid", "ffn_post", "k", "q"]]
 
 
 def test_head_and_full_granularity_are_written_out():
-    src = model_source(baselines()["olmo2"], CFG)
-    assert 'q = self.norms["q"](q)' in src and '"q": RMSNorm(D_MODEL' in src
-    src = model_source(baselines()["qk_pre_ln"], CFG)
-    assert 'q = self.norms["q"](q.unflatten(-1, (N_HEADS, HEAD_DIM))).flatten(-2)' in src
-    assert '"q": RMSNorm(HEAD_DIM' in src
+    olmo2 = architecture(baselines()["olmo2"].resolve(CFG.n_layers), CFG)["norms"]["blocks"][0]
+    assert olmo2["q"] == {"kind": "rmsnorm", "options": {"eps": 1e-5, "gain": True}, "width": CFG.d_model,
+                          "per_head": False}
+    qk = architecture(baselines()["qk_pre_ln"].resolve(CFG.n_layers), CFG)["norms"]["blocks"][0]
+    assert qk["q"]["width"] == CFG.head_dim == 12 and qk["q"]["per_head"] and not qk["attn_in"]["per_head"]
 
 
-def test_config_constants_are_the_configs():
-    src = model_source("pre_ln", cfg(ffn="swiglu", rope=False, tie_embeddings=False))
-    assert "ROPE_THETA" not in src and "rope_tables" not in src and "self.wpe" in src
-    assert "self.ffn.gate" in src and "lm_head.weight = self.wte.weight" not in src
-    assert re.search(r"^FFN_DIM = 64\b", src, re.M)  # 8/3 * 24 rounded up to a multiple of 16
-    assert "DROPOUT" not in src
-    src = model_source("pre_ln", CFG)
-    assert "self.wpe" not in src and "self.lm_head.weight = self.wte.weight" in src and "gate" not in src
+def test_config_json_is_the_config():
+    c = cfg(ffn="swiglu", rope=False, tie_embeddings=False)
+    arch = architecture(Placement.from_dict({"block": {"ffn_mid": "rmsnorm"}}).resolve(c.n_layers), c)
+    assert arch["ffn_dim"] == 64  # 8/3 * 24 rounded up to a multiple of 16
+    assert arch["norms"]["blocks"][0]["ffn_mid"]["width"] == 64
+    assert {k: arch[k] for k in c.to_dict()} == c.to_dict() and arch["head_dim"] == 12
+    assert arch["sites"] == list(BLOCK_SITES) and set(QKV_SITES) < set(arch["sites"])
+    assert json.loads(json.dumps(arch)) == arch
+
+
+def test_the_standalone_block_is_normsearchs_block():
+    """The data flow is written twice, in the model and in the file an export ships: word for word."""
+    import inspect
+
+    from normsearch import model
+    from normsearch.export import standalone
+
+    assert inspect.getsource(standalone.Block.forward) == inspect.getsource(model.Block.forward)
+
+    def code(fn):  # the statements, docstring left out
+        body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+        return [ast.dump(n) for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+
+    assert code(standalone.add_norm) == code(model.add_norm)
 
 
 def test_spec_yaml_is_the_canonical_spec(exported):
@@ -304,6 +332,7 @@ def test_readme_says_what_it_is_and_how_to_load_it(exported):
     root, _, _ = exported
     text = (root / "hybridnorm_star-rmsnorm" / "README.md").read_text()
     r = baselines()["hybridnorm_star"].resolve(CFG.n_layers)
+    assert "None" not in text
     assert r.arch_id in text and r.describe() in text and "hybridnorm_star" in text
     assert "from model import from_pretrained" in text and "load_exported" in text
     assert "untrained" not in text and "## Score" not in text  # trained weights given, no summary
@@ -390,21 +419,27 @@ def test_bad_inputs_fail_with_one_line(tmp_path):
     assert not any((tmp_path / n).exists() for n in "abcde")
 
 
-def test_unknown_norm_kind_has_no_template():
+def test_a_kind_whose_source_cannot_stand_alone_is_refused(tmp_path):
     @register_norm
-    class ScaleNorm(NormKind):
-        name = "scalenorm_export_test"
-        options = {"eps": 1e-5}
+    class LeakyTanh(NormKind):
+        name = "leaky_tanh_export_test"
+        options = {"alpha_init": 0.5}
 
         @staticmethod
         def parameters(o):
-            return {"weight": ("scalar", 1.0)}
+            return {"alpha": ("scalar", o["alpha_init"])}
+
+        @staticmethod
+        def forward(x, p, o):
+            return torch.tanh(p["alpha"] * x)  # `torch` is this test module's, not norms.py's
 
     try:
-        with pytest.raises(NormsearchError, match="no export template"):
-            model_source(Placement(block={"attn_in": "scalenorm_export_test"}), CFG)
+        with pytest.raises(NormsearchError) as e:
+            export_architecture(Placement(block={"attn_in": "leaky_tanh_export_test"}), CFG, tmp_path / "e")
+        assert "would not run" in one_line(e) and "torch" in str(e.value)
+        assert not (tmp_path / "e").exists()
     finally:
-        NORM_KINDS.pop("scalenorm_export_test")
+        NORM_KINDS.pop("leaky_tanh_export_test")
 
 
 def test_load_exported_checks_arch_id_and_weights(tmp_path):
@@ -434,16 +469,18 @@ def test_load_exported_checks_arch_id_and_weights(tmp_path):
         load_exported(tmp_path)
 
 
-def test_model_source_does_not_import_torch():
+def test_the_architecture_data_is_written_without_torch():
     code = textwrap.dedent("""
         import sys
-        from normsearch.exporter import model_source
+        from normsearch.export import architecture, norms_source
+        from normsearch.baselines import baseline
         from normsearch.config import ModelConfig
-        src = model_source("hybridnorm_star", ModelConfig(n_layers=3))
-        print("TORCH", "torch" in sys.modules, "class Block1" in src)
+        arch = architecture(baseline("hybridnorm_star").resolve(3), ModelConfig(n_layers=3))
+        src = norms_source(["rmsnorm", "dyt"])
+        print("TORCH", "torch" in sys.modules, len(arch["norms"]["blocks"]), "class DyT" in src)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "TORCH False True" in out
+    assert "TORCH False 3 True" in out
 
 
 def test_weights_of_a_same_shaped_architecture_are_refused(tmp_path):

@@ -186,3 +186,49 @@ def test_any_spec_round_trips_and_hashes_stably(block, embed, final, overrides):
     per_layer = Placement(overrides=[{"layers": [i], "block": {s: n for s, n in b}} for i, b in enumerate(r.blocks) if b],
                           embed=r.embed, final=r.final)
     assert per_layer.arch_id(4) == r.arch_id
+
+
+# -- the site table --------------------------------------------------------------------------------
+
+
+def test_every_baselines_arch_id_is_what_it_was():
+    """tests/fixtures/baseline_arch_ids.json was written by the code before the site table (commit
+    99392a7): every baseline, every kind, at several depths."""
+    import json
+    from pathlib import Path
+
+    from normsearch.baselines import baselines
+    from normsearch.norms import NORM_KINDS
+
+    want = json.loads((Path(__file__).parent / "fixtures" / "baseline_arch_ids.json").read_text())
+    got = {f"{name}/{kind}/{n}": p.arch_id(n)
+           for kind in ("layernorm", "rmsnorm", "dyt") if kind in NORM_KINDS
+           for name, p in baselines(kind).items() for n in (1, 2, 3, 4, 8, 12, 24)}
+    assert got == want
+
+
+def test_the_site_table_is_the_one_source_of_site_names_widths_and_abbreviations():
+    from normsearch.config import ModelConfig
+    from normsearch.spec import MODEL_SITES, SITE, SITE_ABBREV, SITE_TABLE, SITES
+
+    assert SITES == ("embed", "attn_in", "q", "k", "v", "attn_out", "attn_post",
+                     "ffn_in", "ffn_mid", "ffn_out", "ffn_post", "final")
+    assert [s.name for s in SITE_TABLE] == list(SITES) and MODEL_SITES == ("embed", "final")
+    assert BLOCK_SITES == SITES[1:-1] and QKV_SITES == ("q", "k", "v")
+    assert list(SITE_ABBREV) == [*BLOCK_SITES, "embed", "final"]  # the report's legend order
+    assert len(set(SITE_ABBREV.values())) == len(SITES)
+    cfg = ModelConfig(d_model=48, n_heads=4, ffn="swiglu")
+    rms = NormSpec("rmsnorm")
+    assert SITE["ffn_mid"].features(rms, cfg) == cfg.ffn_dim != cfg.d_model
+    assert SITE["q"].features(rms.at("q"), cfg) == cfg.head_dim == 12
+    assert SITE["q"].features(NormSpec("rmsnorm", "full"), cfg) == 48
+    assert SITE["q"].per_head(rms.at("q")) and not SITE["q"].per_head(NormSpec("rmsnorm", "full"))
+    assert not SITE["attn_in"].per_head(rms) and SITE["final"].features(rms, cfg) == 48
+
+
+def test_layer_span_and_fraction_layers():
+    from normsearch.spec import fraction_layers, layer_span
+
+    assert layer_span([0, 2, 3, 4]) == "0, 2-4" and layer_span([1, 2, 3]) == "1-3" and layer_span([5]) == "5"
+    assert fraction_layers(0.0, 0.25, 8) == [0, 1] and fraction_layers(0.25, 1.0, 3) == [0, 1, 2]
+    assert fraction_layers(0.0, 0.25, 3) == []

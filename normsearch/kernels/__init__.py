@@ -8,12 +8,16 @@ trial, and never part of an architecture id.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterable
 
 from ..errors import NormsearchError
 from ..norms import NORM_KINDS
 
 BACKENDS = ("torch", "triton")
+
+log = logging.getLogger("normsearch")
 
 
 class TorchKernel:
@@ -42,9 +46,10 @@ def triton_status() -> tuple[bool, str]:
     return False, f"Triton {triton.__version__} is installed but there is no CUDA device"
 
 
-def resolve_backend(requested: str) -> str:
-    """``auto`` -> ``triton`` on CUDA when Triton imports, else ``torch``. Asking for ``triton``
-    where it cannot run is an error that says why."""
+def resolve_backend(requested: str, kinds: Iterable[str] = ()) -> str:
+    """``auto`` -> ``triton`` on CUDA when Triton imports and every norm kind in ``kinds`` has a
+    Triton kernel, else ``torch`` (the reason is logged). Asking for ``triton`` where it cannot run,
+    or for kinds without a kernel, is an error that says why."""
     if requested not in (*BACKENDS, "auto"):
         raise NormsearchError(f"unknown kernels {requested!r}; choose auto, torch or triton")
     if requested == "torch":
@@ -55,8 +60,23 @@ def resolve_backend(requested: str) -> str:
     if requested == "auto":
         import torch
 
-        return "triton" if ok and torch.cuda.is_available() else "torch"
+        if not (ok and torch.cuda.is_available()):
+            return "torch"
+    missing = missing_triton_kernels(kinds)
+    if missing:
+        why = f"norm kind {', '.join(map(repr, missing))} {'has' if len(missing) == 1 else 'have'} no Triton kernel"
+        if requested == "triton":
+            raise NormsearchError(f"kernels: triton was requested but {why}; use kernels: torch or auto")
+        log.warning("norm kernels: torch, not triton: %s", why)
+        return "torch"
     return "triton"
+
+
+def missing_triton_kernels(kinds: Iterable[str]) -> list[str]:
+    """The kinds among ``kinds`` that have no Triton kernel (Triton must import)."""
+    from . import triton_norms
+
+    return sorted(set(kinds) - set(triton_norms.KERNELS))
 
 
 def triton_version() -> str | None:

@@ -1,5 +1,5 @@
 """Triton kernels for the norm kinds ``rmsnorm``, ``layernorm`` and ``dyt``, alone and fused with the
-residual add before them.
+residual add before them; :data:`KERNELS` maps a kind to its kernel.
 
 Every kernel sees its input as rows of ``N`` features (the normalised dimension, contiguous) and works
 on tiles of ``BLOCK_M`` rows by ``BLOCK_N = next_power_of_2(N)`` columns, masked past ``N``. Loads are
@@ -23,12 +23,15 @@ takes the gradients of both outputs, ``ds_total = grad_s + dnorm/ds``, which is 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from ..errors import NormsearchError
+from ..errors import NormsearchError, unknown
+from ..norms import NORM_KINDS
 
 #: The widest row one program holds in registers.
 MAX_HIDDEN = 65536
@@ -409,14 +412,28 @@ class _DyTKernel:
         return _run(_DyT, x, h, p["alpha"], p.get("weight"), p.get("bias"))
 
 
-_KERNELS = {"rmsnorm": lambda: _NormKernel(rms=True), "layernorm": lambda: _NormKernel(rms=False),
-            "dyt": _DyTKernel}
+#: Norm kind name -> a factory of its Triton kernel. A kind without an entry runs on torch under
+#: ``kernels: auto`` and is an error under ``kernels: triton`` (see :func:`normsearch.kernels.resolve_backend`).
+KERNELS: dict[str, Callable[[], Any]] = {}
+
+
+def register_kernel(kind: str, factory: Callable[[], Any]) -> None:
+    """Give the registered norm ``kind`` a Triton kernel: ``factory()`` returns an object with
+    ``forward(x, p, o)`` and ``add(x, h, p, o)``."""
+    if kind not in NORM_KINDS:
+        raise NormsearchError(unknown("norm kind", kind, NORM_KINDS))
+    KERNELS[kind] = factory
+
+
+register_kernel("rmsnorm", lambda: _NormKernel(rms=True))
+register_kernel("layernorm", lambda: _NormKernel(rms=False))
+register_kernel("dyt", _DyTKernel)
 
 
 def kernel(kind: str):
     """The Triton kernel for norm ``kind``: ``forward(x, p, o)`` and ``add(x, h, p, o)`` as
     :class:`normsearch.kernels.TorchKernel`."""
-    if kind not in _KERNELS:
-        raise NormsearchError(f"no Triton kernel for norm kind {kind!r} (there are: {', '.join(sorted(_KERNELS))}); "
+    if kind not in KERNELS:
+        raise NormsearchError(f"no Triton kernel for norm kind {kind!r} (there are: {', '.join(sorted(KERNELS))}); "
                               "use kernels: torch")
-    return _KERNELS[kind]()
+    return KERNELS[kind]()

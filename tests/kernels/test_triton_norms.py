@@ -259,3 +259,42 @@ def test_triton_without_cuda_or_interpreter_says_why():
                          timeout=300, check=True).stdout
     assert out.startswith("kernels: triton was requested but cannot run here"), out
     assert "there is no CUDA device" in out and out.count("\n") == 1
+
+
+def test_kernels_are_a_registry_keyed_by_kind_and_a_kind_without_one_runs_on_torch(monkeypatch, caplog):
+    from normsearch.kernels import missing_triton_kernels
+    from normsearch.norms import NormKind, register_norm
+
+    assert set(triton_norms.KERNELS) == {"rmsnorm", "layernorm", "dyt"}
+    with pytest.raises(NormsearchError, match="unknown norm kind 'nosuchkind'"):
+        triton_norms.register_kernel("nosuchkind", lambda: None)
+
+    @register_norm
+    class Plain(NormKind):
+        name = "plain_kernels_test"
+        options = {}
+
+        @staticmethod
+        def parameters(o):
+            return {}
+
+        @staticmethod
+        def forward(x, p, o):
+            return x
+
+    try:
+        assert missing_triton_kernels(["rmsnorm", "plain_kernels_test"]) == ["plain_kernels_test"]
+        with pytest.raises(NormsearchError) as e:
+            resolve_backend("triton", ["rmsnorm", "plain_kernels_test"])
+        assert "no Triton kernel" in str(e.value) and "use kernels: torch or auto" in str(e.value)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # auto would pick triton
+        assert resolve_backend("auto", ["rmsnorm"]) == "triton"
+        with caplog.at_level("WARNING", logger="normsearch"):
+            assert resolve_backend("auto", ["rmsnorm", "plain_kernels_test"]) == "torch"
+        assert "'plain_kernels_test' has no Triton kernel" in caplog.text
+        # a kind given a kernel in the registry runs on it
+        triton_norms.register_kernel("plain_kernels_test", lambda: triton_norms.KERNELS["rmsnorm"]())
+        assert resolve_backend("triton", ["plain_kernels_test"]) == "triton"
+    finally:
+        triton_norms.KERNELS.pop("plain_kernels_test", None)
+        NORM_KINDS.pop("plain_kernels_test")

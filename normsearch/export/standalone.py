@@ -1,0 +1,297 @@
+"""A decoder-only Transformer with its norms where normsearch put them; needs torch alone.
+
+normsearch writes this file, unchanged, as ``model.py`` into every export folder. The
+architecture is data beside it: ``config.json`` holds the sizes and, for every layer, which
+norm sits at which site; ``norms.py`` holds the norm kinds, copied from normsearch's
+registry. Parameter names are normsearch's (``blocks.{i}.norms.{site}.weight`` ...), so its
+weights load with strict=True:
+
+    from model import from_pretrained
+    model = from_pretrained()  # the files next to this one
+
+``Block.forward`` is normsearch's own, site for site (normsearch/model.py; a test keeps the
+two the same); a site without a norm is an identity.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+HERE = Path(__file__).parent
+
+
+def read_config(directory: str | Path) -> dict:
+    """The architecture in ``directory``/config.json."""
+    return json.loads((Path(directory) / "config.json").read_text())
+
+
+def norm_kinds(directory: str | Path) -> dict[str, type]:
+    """The norm kinds in ``directory``/norms.py: name -> class with ``parameters(options)``
+    (name -> (shape, initial value)) and ``forward(x, parameters, options)``."""
+    path = Path(directory) / "norms.py"
+    spec = importlib.util.spec_from_file_location(f"{__name__}_norms", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.NORM_KINDS
+
+
+# ------------------------------------------------------------------------------------------
+# Norm sites
+
+
+class NoNorm(nn.Module):
+    """An empty site: the identity."""
+
+    present = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        s = x + h
+        return s, s
+
+
+class Norm(nn.Module):
+    """A norm of some kind at one site, over ``width`` features; ``per_head`` (q/k/v at head
+    granularity) normalises each head's slice with one set of parameters shared by the heads."""
+
+    present = True
+
+    def __init__(self, kind: type, options: dict, width: int, per_head: bool):
+        super().__init__()
+        self.kind, self.opts = kind, options
+        self.group = width if per_head else None
+        for name, (shape, init) in kind.parameters(options).items():
+            value = torch.full((width,) if shape == "dim" else (), float(init))
+            self.register_parameter(name, nn.Parameter(value))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.group:
+            x = x.unflatten(-1, (-1, self.group))
+            return self.kind.forward(x, self._parameters, self.opts).flatten(-2)
+        return self.kind.forward(x, self._parameters, self.opts)
+
+    def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        s = x + h
+        return s, self(s)
+
+
+IDENTITY = NoNorm()
+
+
+def site_norm(entry: dict | None, kinds: dict[str, type]) -> nn.Module:
+    """The module at a site from its entry in config.json (None: no norm)."""
+    if entry is None:
+        return NoNorm()
+    kind = kinds[entry["kind"]]
+    return Norm(kind, entry["options"], entry["width"], entry["per_head"])
+
+
+def add_norm(
+    x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module = IDENTITY
+) -> tuple[Tensor, Tensor]:
+    """The residual add and what follows it: ``x = post(x + h)`` (a post norm replaces the
+    stream), then ``nxt(x)``, the next sublayer's input norm."""
+    if post.present:
+        _, x = post.add(x, h)
+        return x, nxt(x)
+    return nxt.add(x, h)
+
+
+# ------------------------------------------------------------------------------------------
+# Sublayers
+
+
+def rope_tables(
+    T: int, c: dict, device: torch.device, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotary angles, (T, head_dim / 2), computed in float64 and
+    returned in ``dtype`` promoted to at least float32."""
+    d = c["head_dim"]
+    inv = 1.0 / c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    dtype = torch.promote_types(dtype, torch.float32)
+    return ang.cos().to(device, dtype), ang.sin().to(device, dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x[..., :d/2], x[..., d/2:]) of x (B, H, T, d) by position."""
+    x1, x2 = x.to(cos.dtype).chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
+
+
+class Attention(nn.Module):
+    """Causal self-attention; the q, k and v norms are the block's, passed in."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        C = c["d_model"]
+        self.n_heads, self.head_dim, self.dropout = c["n_heads"], c["head_dim"], c["dropout"]
+        self.qkv = nn.Linear(C, 3 * C, bias=False)
+        self.out = nn.Linear(C, C, bias=False)
+
+    def forward(
+        self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope
+    ) -> Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = nq(q), nk(k), nv(v)  # [q] [k] [v]: on the projections, before RoPE
+        q, k, v = (t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        y = self.out(y.transpose(1, 2).reshape(B, T, C))
+        return F.dropout(y, drop, self.training)
+
+
+class FFN(nn.Module):
+    """down(gelu(up(x))), or down(silu(gate(x)) * up(x)) for swiglu; ffn_mid after the
+    activation."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        C, H = c["d_model"], c["ffn_dim"]
+        self.swiglu, self.dropout = c["ffn"] == "swiglu", c["dropout"]
+        self.up = nn.Linear(C, H, bias=False)
+        self.gate = nn.Linear(C, H, bias=False) if self.swiglu else None
+        self.down = nn.Linear(H, C, bias=False)
+
+    def forward(self, x: Tensor, mid: nn.Module) -> Tensor:
+        if self.swiglu:
+            h = F.silu(self.gate(x)) * self.up(x)
+        else:
+            h = F.gelu(self.up(x))
+        h = mid(h)  # [ffn_mid]: after the activation
+        return F.dropout(self.down(h), self.dropout, self.training)
+
+
+# ------------------------------------------------------------------------------------------
+# The block and the model
+
+
+class Block(nn.Module):
+    """One layer; ``sites`` maps the sites that have a norm to their entries in config.json."""
+
+    def __init__(self, sites: dict, c: dict, kinds: dict[str, type]):
+        super().__init__()
+        self.norms = nn.ModuleDict(
+            {name: site_norm(sites.get(name), kinds) for name in c["sites"]}
+        )
+        self.attn = Attention(c)
+        self.ffn = FFN(c)
+
+    def forward(self, x: Tensor, rope=None) -> Tensor:
+        n = self.norms
+        h = n.attn_in(x)                                  # [attn_in]
+        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] inside, before RoPE
+        h = n.attn_out(h)                                 # [attn_out]
+        x, h = add_norm(x, h, n.attn_post, n.ffn_in)      # x = [attn_post](x + h); h = [ffn_in](x)
+        h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
+        h = n.ffn_out(h)                                  # [ffn_out]
+        x, _ = add_norm(x, h, n.ffn_post)                 # x = [ffn_post](x + h)
+        return x
+
+
+class Transformer(nn.Module):
+    """Token ids (B, T) -> logits (B, T, vocab_size). ``config`` is config.json's content and
+    ``kinds`` the norm kinds of norms.py; both default to the files next to this one."""
+
+    def __init__(self, config: dict | None = None, kinds: dict[str, type] | None = None):
+        super().__init__()
+        self.config = c = read_config(HERE) if config is None else config
+        kinds = norm_kinds(HERE) if kinds is None else kinds
+        C = c["d_model"]
+        self.wte = nn.Embedding(c["vocab_size"], C)
+        self.wpe = None if c["rope"] else nn.Embedding(c["context_length"], C)
+        self.norms = nn.ModuleDict(
+            {site: site_norm(c["norms"][site], kinds) for site in ("embed", "final")}
+        )
+        self.blocks = nn.ModuleList(Block(b, c, kinds) for b in c["norms"]["blocks"])
+        self.lm_head = nn.Linear(C, c["vocab_size"], bias=False)
+        if c["tie_embeddings"]:
+            self.lm_head.weight = self.wte.weight
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """N(0, init_std), the residual projections N(0, init_std / sqrt(2 n_layers)) (init
+        gpt) or all N(0, sqrt(2 / (5 d_model))) (init small); norms keep their initial values."""
+        c = self.config
+        gpt = c["init"] == "gpt"
+        std = c["init_std"] if gpt else math.sqrt(2.0 / (5.0 * c["d_model"]))
+        resid_std = std / math.sqrt(2 * c["n_layers"]) if gpt else std
+        for name, p in self.named_parameters():
+            if ".norms." in f".{name}":
+                continue  # norm gains start at 1, biases at 0, DyT alpha at its init
+            if name.endswith(("attn.out.weight", "ffn.down.weight")):
+                nn.init.normal_(p, 0.0, resid_std)
+            else:
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        B, T = idx.shape
+        c = self.config
+        if T > c["context_length"]:
+            raise ValueError(
+                f"sequence of {T} tokens is longer than the context length "
+                f"{c['context_length']}"
+            )
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        x = F.dropout(self.norms.embed(x), c["dropout"], self.training)  # [embed]
+        rope = None
+        if c["rope"]:
+            rope = rope_tables(T, c, idx.device, self.wte.weight.dtype)
+        for block in self.blocks:
+            x = block(x, rope)
+        return self.lm_head(self.norms.final(x))  # [final]
+
+
+# ------------------------------------------------------------------------------------------
+# Weights
+
+
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+}
+
+
+def load(path: str | Path) -> dict[str, Tensor]:
+    """The tensors of a .safetensors file: an 8-byte little-endian header length, a JSON
+    header (name -> dtype, shape, data_offsets), then the raw little-endian bytes."""
+    raw = Path(path).read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    state = {}
+    for name, info in header.items():
+        begin, end = (8 + n + offset for offset in info["data_offsets"])
+        data = torch.frombuffer(bytearray(raw[begin:end]), dtype=DTYPES[info["dtype"]])
+        state[name] = data.reshape(info["shape"])
+    return state
+
+
+def from_pretrained(directory: str | Path | None = None) -> Transformer:
+    """The model in ``directory`` (default: the folder of this file) with the weights of its
+    model.safetensors, loaded strictly (every name and shape must match), in eval mode."""
+    directory = HERE if directory is None else Path(directory)
+    config = read_config(directory)
+    model = Transformer(config, norm_kinds(directory))
+    state = load(directory / "model.safetensors")
+    if config["tie_embeddings"]:
+        state["lm_head.weight"] = state["wte.weight"]  # tied: stored once
+    model.load_state_dict(state, strict=True)
+    return model.eval()
