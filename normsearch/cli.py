@@ -76,9 +76,11 @@ def baselines_cmd(
     kind: str = typer.Option("rmsnorm", help="Norm kind of the baselines (dyt stays DyT)."),
     layers: int = typer.Option(4, help="Depth used to resolve per-layer rules and arch ids."),
 ):
-    """List the built-in baselines: their sites and their source."""
+    """List the built-in baselines: their sites and their source (a legend of the short site names
+    follows the list)."""
     from .baselines import BASELINES, baselines
 
+    _at_least(1, layers=layers)
     specs = baselines(kind)
     if as_json:
         out = [
@@ -88,11 +90,14 @@ def baselines_cmd(
         ]
         typer.echo(json.dumps(out, indent=2))
         return
+    from .legend import site_legend
+
     width = max(map(len, specs))
     for n, p in specs.items():
         r = p.resolve(layers)
         typer.echo(f"{n:<{width}}  {r.arch_id}  {r.describe()}")
         typer.echo(f"{'':<{width}}  {BASELINES[n].source}: {BASELINES[n].notes}")
+    typer.echo("\n" + site_legend())
 
 
 @app.command()
@@ -105,6 +110,7 @@ def show(
     kind: str = typer.Option("rmsnorm", help="Norm kind for a baseline."),
 ):
     """Draw one block's data flow with its norms (per layer where they differ)."""
+    _at_least(1, layers=layers, d_model=d_model, n_heads=n_heads)
     from .config import ModelConfig
     from .show import show_text
 
@@ -114,6 +120,35 @@ def show(
 
 
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _at_least(low: int, **options):
+    """Integer options checked before anything runs: ``--layers 0`` is one error line."""
+    for name, value in options.items():
+        if value is not None and value < low:
+            raise NormsearchError(f"--{name.replace('_', '-')} must be >= {low}, not {value}")
+
+
+def _storage_option(storage: Optional[str]) -> Optional[str]:
+    """A ``--storage`` value with ``env:VAR`` read from the environment."""
+    from .storage import from_env
+
+    return from_env(storage, "--storage")
+
+
+def _read_only(study: Optional[str], storage: Optional[str]) -> Optional[str]:
+    """The ``--storage`` of a command that only reads: what it names must exist (a mistyped SQLite
+    path or a never-run recipe must not leave an empty database behind)."""
+    from .storage import require_existing
+
+    storage = _storage_option(storage)
+    if storage:
+        require_existing(storage)
+    elif study is not None and Path(study).suffix in (".yaml", ".yml") and not Path(study).is_dir():
+        from .recipe import load_recipe
+
+        require_existing(load_recipe(study).storage_url)
+    return storage
 
 
 @app.command(context_settings=OVERRIDES)
@@ -131,10 +166,19 @@ def train(
     """Train one placement once (one seed, one learning rate) and print its result.
 
     Any recipe field can be overridden: --train.steps 50 --model.n_layers 2."""
+    from .checks import ensure_runnable
+    from .recipe import lr_problem, seed_problem
+
+    for problem in (seed is not None and seed_problem(seed, "--seed"), lr is not None and lr_problem(lr, "--lr")):
+        if problem:
+            raise NormsearchError(problem)
+    if checkpoint is not None:
+        _check_new_file(checkpoint, "--checkpoint")
     from .recipe import load_recipe
 
     r = load_recipe(recipe, ctx.args)
     p, _ = _placement(placement, r.search.norm_kind)
+    ensure_runnable(r, only=("data", "vocabulary", "cache"))
     from .progress import TrialBar
     from .trial import run_trial, summarize
 
@@ -143,6 +187,14 @@ def train(
                            lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
                            checkpoint=checkpoint)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
+
+
+def _check_new_file(path: Path, option: str):
+    """A file the command will write: not a folder, in a folder that exists."""
+    if path.is_dir():
+        raise NormsearchError(f"{option} {path}: a folder; name the file to write")
+    if not path.parent.is_dir():
+        raise NormsearchError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 def _console():
@@ -173,29 +225,61 @@ def run(
 
     Running it again resumes; running it on several processes or machines with one --storage makes
     them workers of one study. Any recipe field can be overridden: --search.trials 20."""
-    from .progress import TrialBar
-    from .ranking import DEFAULT_AGAINST
+    from .checks import ensure_runnable
     from .recipe import load_recipe
-    from .study import StudyInterrupted, run_study
 
     extra = list(ctx.args) + (["--name", name] if name else [])
     r = load_recipe(recipe, extra)
+    url = _storage_option(storage)
+    ensure_runnable(r, storage=url)
+    _stop_on_sigterm()
     _setup_logging(verbose)
     if devices is not None:
-        _run_on_devices(recipe, extra, r, devices, storage, verbose)
+        _run_on_devices(recipe, extra, r, devices, url, verbose)
         return
-    from .progress import JsonLines
+    from .progress import JsonLines, TrialBar
+    from .ranking import DEFAULT_AGAINST
+    from .study import StudyInterrupted, run_study
 
     display = JsonLines(progress_json) if progress_json else TrialBar(study=r.name)
     try:
         with display as bar:
-            handle = run_study(r, storage=storage, display=bar, verbose=verbose, seed_offset=worker_index)
-    except StudyInterrupted:
+            handle = run_study(r, storage=url, display=bar, verbose=verbose, seed_offset=worker_index)
+    except (StudyInterrupted, KeyboardInterrupt):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(_interrupted_code()) from None
     if not progress_json:
         _print_report(handle, handle.folder, DEFAULT_AGAINST)
+
+
+_SIGTERM = {"received": False}
+
+
+def _stop_on_sigterm():
+    """SIGTERM (what Slurm, Kubernetes and ``timeout`` send) stops like Ctrl-C: the running trial is
+    marked for a rerun, finished trials are kept. A second SIGTERM ends the process at once."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread (CliRunner in a thread, say)
+
+    def handler(signum, frame):
+        _SIGTERM["received"] = True
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _interrupted_code() -> int:
+    """130 after Ctrl-C, 143 after SIGTERM (the shell's codes for the two signals)."""
+    return 143 if _SIGTERM["received"] else 130
+
+
+#: the storage URL for worker processes: passed in their environment, never on their command line
+WORKER_STORAGE = "NORMSEARCH_WORKER_STORAGE"
 
 
 def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
@@ -229,8 +313,8 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     names = [f"gpu{','.join(map(str, g))}" for g in groups]
     procs = []
     for i, (g, worker) in enumerate(zip(groups, names)):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, g))}
-        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe), *extra, "--storage", url,
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, g)), WORKER_STORAGE: url}
+        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe), *extra, "--storage", f"env:{WORKER_STORAGE}",
                "--worker-index", str(i), "--progress-json", worker] + (["--verbose"] if verbose else [])
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
     with WorkersView(r.name, names) as view:
@@ -240,14 +324,18 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
             t.start()
         try:
             codes = [p.wait() for p in procs]
-        except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them mark their trials
+        except KeyboardInterrupt:  # Ctrl-C reached the workers too; SIGTERM reached this process only
+            if _SIGTERM["received"]:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
             codes = [p.wait() for p in procs]
         for t in readers:
             t.join(timeout=5)
-    if any(c == 130 for c in codes):
+    if any(c in (130, 143) for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(_interrupted_code())
     if any(codes):
         raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
                               f"{codes}); their errors are above; finished trials are kept")
@@ -255,17 +343,26 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     _print_report(handle, r.folder, DEFAULT_AGAINST)
 
 
-@app.command()
+@app.command(context_settings=OVERRIDES)
 @user_errors
 def validate(
     ctx: typer.Context,
     recipe: Path = typer.Argument(..., help="The recipe YAML."),
+    storage: Optional[str] = typer.Option(None, help="The storage URL run would be given (env:VAR allowed)."),
+    name: Optional[str] = typer.Option(None, help="The study name run would be given."),
 ):
-    """Check a recipe and its search space without training: space size, baselines, budget."""
+    """Check everything run would refuse, without training or writing anything: the recipe, its space
+    (large enough for search.trials), the data (readable, long enough for the context), the storage
+    URL and the folders. Takes run's overrides: --search.trials 20."""
+    from ._secrets import mask_url
     from .baselines import baseline
+    from .checks import check_recipe
     from .recipe import load_recipe
 
-    r = load_recipe(recipe, ctx.args)
+    r = load_recipe(recipe, list(ctx.args) + (["--name", name] if name else []))
+    problems = check_recipe(r, storage=storage)
+    if problems:
+        raise NormsearchError("; ".join(problems))
     L = r.model.n_layers
     t = r.train
     lines = [f"recipe {r.name!r} ({recipe}) is valid",
@@ -288,7 +385,9 @@ def validate(
     n = len(r.search.baselines) + r.search.trials
     lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
                  f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
-    lines.append(f"  storage: {r.storage_url}")
+    where = storage or r.storage
+    shown = mask_url(_storage_option(storage) if storage else r.storage_url)
+    lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{shown}")
     typer.echo("\n".join(lines))
 
 
@@ -300,6 +399,7 @@ def status(
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
 ):
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
+    storage = _read_only(study, storage)
     from .study import open_results, status_text
 
     typer.echo(status_text(open_results(study, storage, study_name)))
@@ -314,13 +414,37 @@ def report(
     against: list[str] = typer.Option([], "--against", help="Also compare with this baseline (repeatable)."),
     out: Optional[Path] = typer.Option(None, help="Folder for report.md, ranking.csv/json and plots "
                                        "(default: the study's results folder)."),
+    overwrite: bool = typer.Option(False, help="Write into an --out folder that holds other files."),
 ):
     """Rank the architectures of a study against the baselines and write the report."""
+    storage = _read_only(study, storage)
+    if out is not None:
+        _check_out_folder(out, overwrite)
     from .ranking import DEFAULT_AGAINST
     from .study import open_results
 
     handle = open_results(study, storage, study_name)
     _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against])
+
+
+#: the files in a folder that mark it as one normsearch writes reports into
+REPORT_MARKS = ("report.md", "recipe.yaml")
+
+
+def _check_out_folder(out: Path, overwrite: bool):
+    """``report --out``: a new or empty folder, one that holds a report already, or --overwrite."""
+    if out.exists() and not out.is_dir():
+        raise NormsearchError(f"--out {out}: a file, not a folder")
+    if not out.exists():
+        from .storage import _folder_problem
+
+        problem = _folder_problem(out, f"--out {out}", create=True)
+        if problem:
+            raise NormsearchError(problem)
+        return
+    if not overwrite and any(out.iterdir()) and not any((out / m).is_file() for m in REPORT_MARKS):
+        raise NormsearchError(f"--out {out} holds files that are not a normsearch report (its plots and tables would "
+                              f"replace files of the same names); give a new or empty folder, or --overwrite")
 
 
 def _print_report(handle, folder: Path, against):
@@ -347,10 +471,13 @@ def export_cmd(
     overwrite: bool = typer.Option(False, help="Replace an earlier export in --out."),
 ):
     """Export an architecture of a study as a standalone PyTorch module (torch alone needed)."""
+    _at_least(1, steps=steps, rank=rank)
+    _at_least(0, trial=trial)
+    if out.exists() and not out.is_dir():
+        raise NormsearchError(f"--out {out}: a file, not a folder")
+    storage = _read_only(study, storage)
     from .exporter import export
 
-    if steps is not None and steps < 1:
-        raise NormsearchError("--steps must be >= 1")
     from .progress import TrialBar
 
     with TrialBar() as bar:
