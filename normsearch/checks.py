@@ -127,7 +127,7 @@ def check_recipe(recipe, storage: str | None = None, tokens=None, only=None) -> 
             problem = check(recipe, storage=storage, tokens=tokens)
         except NormsearchError as e:
             problem = str(e)
-        if problem:
+        if problem and problem not in problems:
             problems.append(problem)
     return problems
 

@@ -13,11 +13,56 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
+
+try:  # the click that typer runs on: its own copy in newer typer
+    from typer import _click as click
+except ImportError:  # pragma: no cover - typer < 0.20 uses click itself
+    import click
 
 from ._version import __version__
 from .errors import NormsearchError
 
+
+class _UsageError(click.ClickException):
+    """Click's usage errors (a bad option value, a missing argument, an unknown command) as one line,
+    like every other bad input."""
+
+    exit_code = 2
+
+    def __init__(self, e):
+        where = f"; see {e.ctx.command_path} --help" if e.ctx is not None else ""
+        super().__init__(" ".join(e.format_message().split()).rstrip(".") + where)
+
+    def show(self, file=None):
+        click.echo(f"error: {self.message}", err=True)
+
+
+_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # a bare command shows its help, as it should
+
+
+class _Group(TyperGroup):
+    """The command group: usage errors of it and of its commands become one ``error:`` line."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except _HELP:
+            raise
+        except click.exceptions.UsageError as e:
+            raise _UsageError(e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _HELP:
+            raise
+        except click.exceptions.UsageError as e:
+            raise _UsageError(e) from None
+
+
 app = typer.Typer(
+    cls=_Group,
     name="normsearch",
     help="Search where the normalization layers of a Transformer should go.",
     no_args_is_help=True,
@@ -417,9 +462,9 @@ def report(
     overwrite: bool = typer.Option(False, help="Write into an --out folder that holds other files."),
 ):
     """Rank the architectures of a study against the baselines and write the report."""
-    storage = _read_only(study, storage)
     if out is not None:
         _check_out_folder(out, overwrite)
+    storage = _read_only(study, storage)
     from .ranking import DEFAULT_AGAINST
     from .study import open_results
 
@@ -488,26 +533,44 @@ def export_cmd(
                f"model = from_pretrained()")
 
 
-bench_app = typer.Typer(help="Benchmarks: speed against a reference measured in the same run.", no_args_is_help=True)
+bench_app = typer.Typer(cls=_Group, help="Benchmarks: speed against a reference measured in the same run.",
+                        no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
+def _bench(main, args: list[str]) -> int:
+    """Run a benchmark's argparse main; its usage errors become one ``error:`` line too."""
+    import argparse
+
+    def one_line(parser, message):
+        raise NormsearchError(f"{parser.prog}: {message}")
+
+    error = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = one_line
+    try:
+        return main(args)
+    finally:
+        argparse.ArgumentParser.error = error
+
+
 @bench_app.command("kernels", context_settings=OVERRIDES)
+@user_errors
 def bench_kernels(ctx: typer.Context):
     """Norm kernels on a CUDA GPU: Triton against torch eager, torch.compile and Liger-Kernel, in GB/s
     and as a fraction of the copy bandwidth (options: --tokens, --hidden, --ops, --providers, --out)."""
     from .kernels.bench import main as bench_main
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    raise typer.Exit(_bench(bench_main, list(ctx.args)))
 
 
 @bench_app.command("trial", context_settings=OVERRIDES)
+@user_errors
 def bench_trial(ctx: typer.Context):
     """The training loop of a trial against a bare PyTorch loop on the same model and batches: the ratio
     of training tokens/s, and what the diagnostics cost (options: --steps, --repeats, --layers, ...)."""
     from .benchmark import main as bench_main
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    raise typer.Exit(_bench(bench_main, list(ctx.args)))
 
 
 def _setup_logging(verbose: bool):
