@@ -91,9 +91,9 @@ def _storage(recipe, storage: str | None = None) -> str | None:
 
 
 def _results(recipe) -> str | None:
-    from .storage import _folder_problem
+    from .storage import folder_problem
 
-    return _folder_problem(recipe.folder, f"results folder {recipe.folder}", create=True)
+    return folder_problem(recipe.folder, f"results folder {recipe.folder}", create=True)
 
 
 def _cache(recipe) -> None:

@@ -13,56 +13,23 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from typer.core import TyperGroup
-
-try:  # the click that typer runs on: its own copy in newer typer
-    from typer import _click as click
-except ImportError:  # pragma: no cover - typer < 0.20 uses click itself
-    import click
 
 from ._version import __version__
+from .cli_support import (
+    Group,
+    at_least,
+    bench_errors,
+    check_new_file,
+    check_out_folder,
+    interrupted_code,
+    read_only,
+    stop_on_sigterm,
+    storage_option,
+)
 from .errors import NormsearchError
 
-
-class _UsageError(click.ClickException):
-    """Click's usage errors (a bad option value, a missing argument, an unknown command) as one line,
-    like every other bad input."""
-
-    exit_code = 2
-
-    def __init__(self, e):
-        where = f"; see {e.ctx.command_path} --help" if e.ctx is not None else ""
-        super().__init__(" ".join(e.format_message().split()).rstrip(".") + where)
-
-    def show(self, file=None):
-        click.echo(f"error: {self.message}", err=True)
-
-
-_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # a bare command shows its help, as it should
-
-
-class _Group(TyperGroup):
-    """The command group: usage errors of it and of its commands become one ``error:`` line."""
-
-    def make_context(self, *args, **kwargs):
-        try:
-            return super().make_context(*args, **kwargs)
-        except _HELP:
-            raise
-        except click.exceptions.UsageError as e:
-            raise _UsageError(e) from None
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _HELP:
-            raise
-        except click.exceptions.UsageError as e:
-            raise _UsageError(e) from None
-
-
 app = typer.Typer(
-    cls=_Group,
+    cls=Group,
     name="normsearch",
     help="Search where the normalization layers of a Transformer should go.",
     no_args_is_help=True,
@@ -125,7 +92,7 @@ def baselines_cmd(
     follows the list)."""
     from .baselines import BASELINES, baselines
 
-    _at_least(1, layers=layers)
+    at_least(1, layers=layers)
     specs = baselines(kind)
     if as_json:
         out = [
@@ -155,7 +122,7 @@ def show(
     kind: str = typer.Option("rmsnorm", help="Norm kind for a baseline."),
 ):
     """Draw one block's data flow with its norms (per layer where they differ)."""
-    _at_least(1, layers=layers, d_model=d_model, n_heads=n_heads)
+    at_least(1, layers=layers, d_model=d_model, n_heads=n_heads)
     from .config import ModelConfig
     from .show import show_text
 
@@ -165,35 +132,6 @@ def show(
 
 
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _at_least(low: int, **options):
-    """Integer options checked before anything runs: ``--layers 0`` is one error line."""
-    for name, value in options.items():
-        if value is not None and value < low:
-            raise NormsearchError(f"--{name.replace('_', '-')} must be >= {low}, not {value}")
-
-
-def _storage_option(storage: Optional[str]) -> Optional[str]:
-    """A ``--storage`` value with ``env:VAR`` read from the environment."""
-    from .storage import from_env
-
-    return from_env(storage, "--storage")
-
-
-def _read_only(study: Optional[str], storage: Optional[str]) -> Optional[str]:
-    """The ``--storage`` of a command that only reads: what it names must exist (a mistyped SQLite
-    path or a never-run recipe must not leave an empty database behind)."""
-    from .storage import require_existing
-
-    storage = _storage_option(storage)
-    if storage:
-        require_existing(storage)
-    elif study is not None and Path(study).suffix in (".yaml", ".yml") and not Path(study).is_dir():
-        from .recipe import load_recipe
-
-        require_existing(load_recipe(study).storage_url)
-    return storage
 
 
 @app.command(context_settings=OVERRIDES)
@@ -218,7 +156,7 @@ def train(
         if problem:
             raise NormsearchError(problem)
     if checkpoint is not None:
-        _check_new_file(checkpoint, "--checkpoint")
+        check_new_file(checkpoint, "--checkpoint")
     from .recipe import load_recipe
 
     r = load_recipe(recipe, ctx.args)
@@ -232,14 +170,6 @@ def train(
                            lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
                            checkpoint=checkpoint)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
-
-
-def _check_new_file(path: Path, option: str):
-    """A file the command will write: not a folder, in a folder that exists."""
-    if path.is_dir():
-        raise NormsearchError(f"{option} {path}: a folder; name the file to write")
-    if not path.parent.is_dir():
-        raise NormsearchError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
 def _console():
@@ -275,9 +205,9 @@ def run(
 
     extra = list(ctx.args) + (["--name", name] if name else [])
     r = load_recipe(recipe, extra)
-    url = _storage_option(storage)
+    url = storage_option(storage)
     ensure_runnable(r, storage=url)
-    _stop_on_sigterm()
+    stop_on_sigterm()
     _setup_logging(verbose)
     if devices is not None:
         _run_on_devices(recipe, extra, r, devices, url, verbose)
@@ -293,34 +223,9 @@ def run(
     except (StudyInterrupted, KeyboardInterrupt):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(_interrupted_code()) from None
+        raise typer.Exit(interrupted_code()) from None
     if not progress_json:
         _print_report(handle, handle.folder, DEFAULT_AGAINST)
-
-
-_SIGTERM = {"received": False}
-
-
-def _stop_on_sigterm():
-    """SIGTERM (what Slurm, Kubernetes and ``timeout`` send) stops like Ctrl-C: the running trial is
-    marked for a rerun, finished trials are kept. A second SIGTERM ends the process at once."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers belong to the main thread (CliRunner in a thread, say)
-
-    def handler(signum, frame):
-        _SIGTERM["received"] = True
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
-def _interrupted_code() -> int:
-    """130 after Ctrl-C, 143 after SIGTERM (the shell's codes for the two signals)."""
-    return 143 if _SIGTERM["received"] else 130
 
 
 #: the storage URL for worker processes: passed in their environment, never on their command line
@@ -370,7 +275,7 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
         try:
             codes = [p.wait() for p in procs]
         except KeyboardInterrupt:  # Ctrl-C reached the workers too; SIGTERM reached this process only
-            if _SIGTERM["received"]:
+            if interrupted_code() == 143:
                 for p in procs:
                     if p.poll() is None:
                         p.terminate()
@@ -380,7 +285,7 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     if any(c in (130, 143) for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(_interrupted_code())
+        raise typer.Exit(interrupted_code())
     if any(codes):
         raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
                               f"{codes}); their errors are above; finished trials are kept")
@@ -431,7 +336,7 @@ def validate(
     lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
                  f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
     where = storage or r.storage
-    shown = mask_url(_storage_option(storage) if storage else r.storage_url)
+    shown = mask_url(storage_option(storage) if storage else r.storage_url)
     lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{shown}")
     typer.echo("\n".join(lines))
 
@@ -444,7 +349,7 @@ def status(
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
 ):
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
-    storage = _read_only(study, storage)
+    storage = read_only(study, storage)
     from .study import open_results, status_text
 
     typer.echo(status_text(open_results(study, storage, study_name)))
@@ -463,33 +368,13 @@ def report(
 ):
     """Rank the architectures of a study against the baselines and write the report."""
     if out is not None:
-        _check_out_folder(out, overwrite)
-    storage = _read_only(study, storage)
+        check_out_folder(out, overwrite)
+    storage = read_only(study, storage)
     from .ranking import DEFAULT_AGAINST
     from .study import open_results
 
     handle = open_results(study, storage, study_name)
     _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against])
-
-
-#: the files in a folder that mark it as one normsearch writes reports into
-REPORT_MARKS = ("report.md", "recipe.yaml")
-
-
-def _check_out_folder(out: Path, overwrite: bool):
-    """``report --out``: a new or empty folder, one that holds a report already, or --overwrite."""
-    if out.exists() and not out.is_dir():
-        raise NormsearchError(f"--out {out}: a file, not a folder")
-    if not out.exists():
-        from .storage import _folder_problem
-
-        problem = _folder_problem(out, f"--out {out}", create=True)
-        if problem:
-            raise NormsearchError(problem)
-        return
-    if not overwrite and any(out.iterdir()) and not any((out / m).is_file() for m in REPORT_MARKS):
-        raise NormsearchError(f"--out {out} holds files that are not a normsearch report (its plots and tables would "
-                              f"replace files of the same names); give a new or empty folder, or --overwrite")
 
 
 def _print_report(handle, folder: Path, against):
@@ -516,11 +401,11 @@ def export_cmd(
     overwrite: bool = typer.Option(False, help="Replace an earlier export in --out."),
 ):
     """Export an architecture of a study as a standalone PyTorch module (torch alone needed)."""
-    _at_least(1, steps=steps, rank=rank)
-    _at_least(0, trial=trial)
+    at_least(1, steps=steps, rank=rank)
+    at_least(0, trial=trial)
     if out.exists() and not out.is_dir():
         raise NormsearchError(f"--out {out}: a file, not a folder")
-    storage = _read_only(study, storage)
+    storage = read_only(study, storage)
     from .exporter import export
 
     from .progress import TrialBar
@@ -533,24 +418,9 @@ def export_cmd(
                f"model = from_pretrained()")
 
 
-bench_app = typer.Typer(cls=_Group, help="Benchmarks: speed against a reference measured in the same run.",
+bench_app = typer.Typer(cls=Group, help="Benchmarks: speed against a reference measured in the same run.",
                         no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-
-
-def _bench(main, args: list[str]) -> int:
-    """Run a benchmark's argparse main; its usage errors become one ``error:`` line too."""
-    import argparse
-
-    def one_line(parser, message):
-        raise NormsearchError(f"{parser.prog}: {message}")
-
-    error = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = one_line
-    try:
-        return main(args)
-    finally:
-        argparse.ArgumentParser.error = error
 
 
 @bench_app.command("kernels", context_settings=OVERRIDES)
@@ -560,7 +430,7 @@ def bench_kernels(ctx: typer.Context):
     and as a fraction of the copy bandwidth (options: --tokens, --hidden, --ops, --providers, --out)."""
     from .kernels.bench import main as bench_main
 
-    raise typer.Exit(_bench(bench_main, list(ctx.args)))
+    raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
 @bench_app.command("trial", context_settings=OVERRIDES)
@@ -570,7 +440,7 @@ def bench_trial(ctx: typer.Context):
     of training tokens/s, and what the diagnostics cost (options: --steps, --repeats, --layers, ...)."""
     from .benchmark import main as bench_main
 
-    raise typer.Exit(_bench(bench_main, list(ctx.args)))
+    raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
 def _setup_logging(verbose: bool):

@@ -60,7 +60,7 @@ def check_storage(url: str) -> str | None:
         return (f"storage {url}: its password is not kept in results files; give --storage URL, or keep the URL "
                 f"in an environment variable (storage: env:VAR, or ${ENV_DEFAULT})")
     if is_journal(url):
-        return _folder_problem(_journal_path(url).parent, f"journal storage {_journal_path(url)}", create=False)
+        return folder_problem(_journal_path(url).parent, f"journal storage {_journal_path(url)}", create=False)
     if "://" not in url:
         return (f"storage {mask_url(url)!r} is neither a database URL (sqlite:///..., postgresql://...) nor a "
                 f"journal file (journal:PATH or *.journal)")
@@ -72,7 +72,7 @@ def check_storage(url: str) -> str | None:
         return f"storage {mask_url(url)}: not a valid database URL ({mask_text(str(e).splitlines()[0])})"
     path = _sqlite_path(url)
     if path is not None:
-        return _folder_problem(path.parent, f"storage {mask_url(url)}", create=True, file=path)
+        return folder_problem(path.parent, f"storage {mask_url(url)}", create=True, file=path)
     return None
 
 
@@ -83,7 +83,7 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" and "://" not in path else None
 
 
-def _folder_problem(folder: Path, what: str, create: bool, file: Path | None = None) -> str | None:
+def folder_problem(folder: Path, what: str, create: bool, file: Path | None = None) -> str | None:
     """Why ``folder`` cannot hold a new file (or be made, with ``create``), or None; touches nothing."""
     if file is not None and file.exists() and not file.is_file():
         return f"{what}: {file} is not a file"

@@ -54,10 +54,10 @@ def test_sigterm_while_waiting_for_a_dead_database():
     code = (
         "import sys, time\n"
         "from sqlalchemy.exc import OperationalError\n"
-        "from normsearch.cli import _stop_on_sigterm\n"
+        "from normsearch.cli_support import stop_on_sigterm\n"
         "from normsearch.storage import retry\n"
         "def down():\n    raise OperationalError('SELECT 1', {}, ConnectionRefusedError('server gone'))\n"
-        "_stop_on_sigterm()\n"
+        "stop_on_sigterm()\n"
         "print('waiting', flush=True)\n"
         "try:\n    retry(down, 'read the trials', patience=600)\n"
         "except KeyboardInterrupt:\n    print('stopped', flush=True); sys.exit(143)\n"
