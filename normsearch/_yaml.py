@@ -37,23 +37,33 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456
 
 
 class LineDict(dict):
-    """A dict that remembers the line of each key in its source file (``lines[key]``, 1-based)."""
+    """A dict that remembers the line of each key in its source file (``lines[key]``, 1-based), and
+    the command-line option that set a key instead (``overridden[key]``, e.g. ``--train.lr``)."""
 
     lines: dict
     source: str | None = None
+    overridden: dict
 
 
 def copy(d: dict) -> dict:
-    """A shallow copy that keeps a LineDict's lines and source."""
+    """A shallow copy that keeps a LineDict's lines, source and overrides."""
     out = LineDict(d)
     out.lines = dict(getattr(d, "lines", {}))
     out.source = getattr(d, "source", None)
+    out.overridden = dict(getattr(d, "overridden", {}))
     return out
+
+
+def mark_override(d: LineDict, key, option: str) -> None:
+    """Say that ``d[key]`` came from the command-line option ``option``: errors about it name that."""
+    d.lines.pop(key, None)
+    d.overridden[key] = option
 
 
 def _construct_mapping(loader, node):
     d = LineDict(loader.construct_mapping(node, deep=True))
     d.lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
+    d.overridden = {}
     return d
 
 
@@ -63,6 +73,8 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 def loads(text: str, source: str = "<string>") -> Any:
     try:
         return yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise NormsearchError(f"{source}: nested too deeply to read") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
@@ -70,11 +82,34 @@ def loads(text: str, source: str = "<string>") -> Any:
         raise NormsearchError(f"{where}: not valid YAML ({problem}); fix the syntax") from None
 
 
-def load(path: str | Path) -> Any:
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The UTF-8 text of a file; a missing, unreadable, binary or non-UTF-8 file is a NormsearchError
+    that says which."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise NormsearchError(f"{path}: a folder, not a {what}")
+    if not path.exists():
         raise NormsearchError(f"{path}: no such file")
-    data = loads(path.read_text(), source=str(path))
+    if not path.is_file():
+        raise NormsearchError(f"{path}: not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise NormsearchError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if b"\0" in data:
+        raise NormsearchError(f"{path}: a binary file, not a {what} (YAML text)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise NormsearchError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}); save the file as UTF-8") \
+            from None
+    return text.removeprefix("\ufeff")
+
+
+def load(path: str | Path, what: str = "YAML file") -> Any:
+    path = Path(path)
+    data = loads(read_text(path, what), source=str(path))
     _mark_source(data, str(path))
     return data
 
@@ -91,6 +126,8 @@ def _mark_source(data, source):
 
 def where(d, key=None) -> str:
     """'recipe.yaml:12: ' for a key of a LineDict read from a file, '' otherwise."""
+    if isinstance(d, LineDict) and key is not None and key in getattr(d, "overridden", {}):
+        return f"{d.overridden[key]}: "
     if isinstance(d, LineDict) and d.source:
         line = d.lines.get(key) if key is not None else None
         if line is None and d.lines:

@@ -15,9 +15,20 @@ from typing import Optional
 import typer
 
 from ._version import __version__
+from .cli_support import (
+    Group,
+    at_least,
+    bench_errors,
+    check_new_file,
+    interrupted_code,
+    read_only,
+    stop_on_sigterm,
+    storage_option,
+)
 from .errors import NormsearchError
 
 app = typer.Typer(
+    cls=Group,
     name="normsearch",
     help="Search where the normalization layers of a Transformer should go.",
     no_args_is_help=True,
@@ -76,9 +87,11 @@ def baselines_cmd(
     kind: str = typer.Option("rmsnorm", help="Norm kind of the baselines (dyt stays DyT)."),
     layers: int = typer.Option(4, help="Depth used to resolve per-layer rules and arch ids."),
 ):
-    """List the built-in baselines: their sites and their source."""
+    """List the built-in baselines: their sites and their source (a legend of the short site names
+    follows the list)."""
     from .baselines import BASELINES, baselines
 
+    at_least(1, layers=layers)
     specs = baselines(kind)
     if as_json:
         out = [
@@ -88,11 +101,14 @@ def baselines_cmd(
         ]
         typer.echo(json.dumps(out, indent=2))
         return
+    from .legend import site_legend
+
     width = max(map(len, specs))
     for n, p in specs.items():
         r = p.resolve(layers)
         typer.echo(f"{n:<{width}}  {r.arch_id}  {r.describe()}")
         typer.echo(f"{'':<{width}}  {BASELINES[n].source}: {BASELINES[n].notes}")
+    typer.echo("\n" + site_legend())
 
 
 @app.command()
@@ -105,6 +121,7 @@ def show(
     kind: str = typer.Option("rmsnorm", help="Norm kind for a baseline."),
 ):
     """Draw one block's data flow with its norms (per layer where they differ)."""
+    at_least(1, layers=layers, d_model=d_model, n_heads=n_heads)
     from .config import ModelConfig
     from .show import show_text
 
@@ -131,10 +148,19 @@ def train(
     """Train one placement once (one seed, one learning rate) and print its result.
 
     Any recipe field can be overridden: --train.steps 50 --model.n_layers 2."""
+    from .checks import ensure_runnable
+    from .recipe import lr_problem, seed_problem
+
+    for problem in (seed is not None and seed_problem(seed, "--seed"), lr is not None and lr_problem(lr, "--lr")):
+        if problem:
+            raise NormsearchError(problem)
+    if checkpoint is not None:
+        check_new_file(checkpoint, "--checkpoint")
     from .recipe import load_recipe
 
     r = load_recipe(recipe, ctx.args)
     p, _ = _placement(placement, r.search.norm_kind)
+    ensure_runnable(r, only=("data", "vocabulary", "cache"))
     from .progress import RunBar
     from .train import summarize, train_run
 
@@ -173,29 +199,36 @@ def run(
 
     Running it again resumes; running it on several processes or machines with one --storage makes
     them workers of one study. Any recipe field can be overridden: --search.trials 20."""
-    from .progress import RunBar
-    from .ranking import DEFAULT_AGAINST
+    from .checks import ensure_runnable
     from .recipe import load_recipe
-    from .search import StudyInterrupted, run_study
 
     extra = list(ctx.args) + (["--name", name] if name else [])
     r = load_recipe(recipe, extra)
+    url = storage_option(storage)
+    ensure_runnable(r, storage=url)
+    stop_on_sigterm()
     _setup_logging(verbose)
     if devices is not None:
-        _run_on_devices(recipe, extra, r, devices, storage, verbose)
+        _run_on_devices(recipe, extra, r, devices, url, verbose)
         return
-    from .progress import JsonLines
+    from .progress import JsonLines, RunBar
+    from .ranking import DEFAULT_AGAINST
+    from .search import StudyInterrupted, run_study
 
     display = JsonLines(progress_json) if progress_json else RunBar(study=r.name)
     try:
         with display as bar:
-            handle = run_study(r, storage=storage, display=bar, verbose=verbose, seed_offset=worker_index)
-    except StudyInterrupted:
+            handle = run_study(r, storage=url, display=bar, verbose=verbose, seed_offset=worker_index)
+    except (StudyInterrupted, KeyboardInterrupt):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(interrupted_code()) from None
     if not progress_json:
         _print_report(handle, handle.folder, DEFAULT_AGAINST)
+
+
+#: the storage URL for worker processes: passed in their environment, never on their command line
+WORKER_STORAGE = "NORMSEARCH_WORKER_STORAGE"
 
 
 def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
@@ -214,11 +247,11 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     url = storage or r.storage_url
     names = worker_names(groups)
     with WorkersView(r.name, names) as view:
-        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view)
-    if any(c == 130 for c in codes):
+        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view, sigterm=interrupted_code() == 143)
+    if any(c in (130, 143) for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_code())
     if any(codes):
         raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
                               f"{codes}); their errors are above; finished trials are kept")
@@ -226,17 +259,26 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     _print_report(handle, r.folder, DEFAULT_AGAINST)
 
 
-@app.command()
+@app.command(context_settings=OVERRIDES)
 @user_errors
 def validate(
     ctx: typer.Context,
     recipe: Path = typer.Argument(..., help="The recipe YAML."),
+    storage: Optional[str] = typer.Option(None, help="The storage URL run would be given (env:VAR allowed)."),
+    name: Optional[str] = typer.Option(None, help="The study name run would be given."),
 ):
-    """Check a recipe and its search space without training: space size, baselines, budget."""
+    """Check everything run would refuse, without training or writing anything: the recipe, its space
+    (large enough for search.trials), the data (readable, long enough for the context), the storage
+    URL and the folders. Takes run's overrides: --search.trials 20."""
+    from ._secrets import mask_url
     from .baselines import baseline
+    from .checks import check_recipe
     from .recipe import load_recipe
 
-    r = load_recipe(recipe, ctx.args)
+    r = load_recipe(recipe, list(ctx.args) + (["--name", name] if name else []))
+    problems = check_recipe(r, storage=storage)
+    if problems:
+        raise NormsearchError("; ".join(problems))
     L = r.model.n_layers
     t = r.train
     lines = [f"recipe {r.name!r} ({recipe}) is valid",
@@ -259,7 +301,9 @@ def validate(
     n = len(r.search.baselines) + r.search.trials
     lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
                  f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
-    lines.append(f"  storage: {r.storage_url}")
+    where = storage or r.storage
+    shown = mask_url(storage_option(storage) if storage else r.storage_url)
+    lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{shown}")
     typer.echo("\n".join(lines))
 
 
@@ -271,6 +315,7 @@ def status(
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
 ):
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
+    storage = read_only(study, storage)
     from .search import open_results, status_text
 
     typer.echo(status_text(open_results(study, storage, study_name)))
@@ -286,23 +331,25 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Folder for report.md, ranking.csv/json and plots "
                                        "(default: the study's results folder). It must be new, empty, or hold "
                                        "an earlier report."),
-    force: bool = typer.Option(False, "--force", help="Write into --out even if it holds other files."),
+    overwrite: bool = typer.Option(False, help="Write into an --out folder that holds other files."),
 ):
     """Rank the architectures of a study against the baselines and write the report."""
-    from .ranking import DEFAULT_AGAINST
     from .report import check_out_dir
-    from .search import open_results
 
     if out is not None:
-        check_out_dir(out, force)
+        check_out_dir(out, overwrite)
+    storage = read_only(study, storage)
+    from .ranking import DEFAULT_AGAINST
+    from .search import open_results
+
     handle = open_results(study, storage, study_name)
-    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], force=force)
+    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], overwrite=overwrite or out is None)
 
 
-def _print_report(handle, folder: Path, against, force: bool = False):
+def _print_report(handle, folder: Path, against, overwrite: bool = True):
     from .report import ranking_table, write_report
 
-    ranking = write_report(handle, folder, against=against, force=force)
+    ranking = write_report(handle, folder, against=against, overwrite=overwrite)
     _console().print(ranking_table(ranking))
     typer.echo(f"report: {folder / 'report.md'} (with ranking.csv, ranking.json and plots)")
 
@@ -323,10 +370,12 @@ def export_cmd(
     overwrite: bool = typer.Option(False, help="Replace an earlier export in --out."),
 ):
     """Export an architecture of a study as a standalone PyTorch module (torch alone needed)."""
+    at_least(1, steps=steps, rank=rank)
+    at_least(0, trial=trial)
+    if out.exists() and not out.is_dir():
+        raise NormsearchError(f"--out {out}: a file, not a folder")
+    storage = read_only(study, storage)
     from .export import EXPORT_FILES, export
-
-    if steps is not None and steps < 1:
-        raise NormsearchError("--steps must be >= 1")
     from .progress import RunBar
 
     with RunBar() as bar:
@@ -337,26 +386,29 @@ def export_cmd(
                f"model = from_pretrained()")
 
 
-bench_app = typer.Typer(help="Benchmarks: speed against a reference measured in the same run.", no_args_is_help=True)
+bench_app = typer.Typer(cls=Group, help="Benchmarks: speed against a reference measured in the same run.",
+                        no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 
 @bench_app.command("kernels", context_settings=OVERRIDES)
+@user_errors
 def bench_kernels(ctx: typer.Context):
     """Norm kernels on a CUDA GPU: Triton against torch eager, torch.compile and Liger-Kernel, in GB/s
     and as a fraction of the copy bandwidth (options: --tokens, --hidden, --ops, --providers, --out)."""
     from .kernels.bench import main as bench_main
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
 @bench_app.command("trial", context_settings=OVERRIDES)
+@user_errors
 def bench_trial(ctx: typer.Context):
     """The training loop of a trial against a bare PyTorch loop on the same model and batches: the ratio
     of training tokens/s, and what the diagnostics cost (options: --steps, --repeats, --layers, ...)."""
     from .benchmark import main as bench_main
 
-    raise typer.Exit(bench_main(list(ctx.args)))
+    raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
 def _setup_logging(verbose: bool):

@@ -109,8 +109,9 @@ def from_mapping(cls, data: Any, section: str):
             ) from None
     try:
         obj = cls(**kwargs)
-    except NormsearchError as e:
-        raise NormsearchError(f"{where(data)}{e}") from None
+    except NormsearchError as e:  # point at the key the message names (its line, or its override)
+        named = [k for k in kwargs if f"{section}.{k} " in f"{e} " or f"{section}.{k}:" in str(e)]
+        raise NormsearchError(f"{where(data, named[0] if named else None)}{e}") from None
     return obj
 
 

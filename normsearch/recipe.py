@@ -7,16 +7,43 @@ field can be overridden from the command line as ``--section.key value``. Torch-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from . import _yaml
+from ._secrets import is_masked, mask_url
 from .config import ModelConfig, from_mapping, to_mapping
 from .data import DataConfig
 from .errors import NormsearchError, unknown
 
 SECTIONS = ("name", "model", "data", "train", "space", "search", "storage", "results_dir")
+SCALARS = ("name", "storage", "results_dir")  # top-level values given as text, never read as YAML
+
+
+def seed_problem(seed, what: str = "seed") -> str | None:
+    """Why ``seed`` is not a seed (a non-negative integer below 2**32), or None."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        return f"{what} must be an integer in [0, 2**32), not {seed!r}"
+    return None
+
+
+def lr_problem(lr, what: str = "learning rate") -> str | None:
+    """Why ``lr`` is not a learning rate (a finite number > 0), or None."""
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        return f"{what} must be a finite number > 0, not {lr!r}"
+    return None
+
+
+def name_problem(name) -> str | None:
+    """Why ``name`` cannot name a study (and its results folder), or None."""
+    ok = (isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable() and not name.startswith(".")
+          and not any(c.isspace() or c in '/\\:*?"<>|' for c in name))
+    if ok:
+        return None
+    return (f"a study name is a plain word (letters, digits, - _ . +; at most 100 characters, no spaces, slashes "
+            f"or control characters), not {name!r}")
 
 
 @dataclass(frozen=True)
@@ -48,8 +75,11 @@ class TrainConfig:
         checks = [
             (self.steps >= 1, "train.steps must be >= 1"),
             (self.batch_size >= 1, "train.batch_size must be >= 1"),
-            (len(self.lr) >= 1 and all(x > 0 for x in self.lr), "train.lr must be one or more positive numbers"),
+            (len(self.lr) >= 1 and all(lr_problem(x) is None for x in self.lr),
+             f"train.lr must be one or more finite numbers > 0, not {self.lr}"),
             (len(self.seeds) >= 1, "train.seeds must list at least one seed"),
+            (all(seed_problem(x) is None for x in self.seeds),
+             f"train.seeds must be integers in [0, 2**32), not {self.seeds}"),
             (len(set(self.seeds)) == len(self.seeds), "train.seeds has repeated seeds"),
             (len(set(self.lr)) == len(self.lr), "train.lr has repeated values"),
             (0 <= self.warmup <= self.steps, "train.warmup must be between 0 and train.steps"),
@@ -92,6 +122,13 @@ class SearchConfig:
 
         if self.trials < 0:
             raise NormsearchError("search.trials must be >= 0")
+        problem = seed_problem(self.seed, "search.seed")
+        if problem:
+            raise NormsearchError(problem)
+        if self.startup_trials < 0:
+            raise NormsearchError("search.startup_trials must be >= 0")
+        if self.heartbeat < 1:
+            raise NormsearchError("search.heartbeat must be >= 1 second")
         for b in self.baselines:
             if b not in BASELINES:
                 raise NormsearchError(f"search.baselines: {unknown('baseline', b, BASELINES)}")
@@ -124,11 +161,20 @@ class Recipe:
 
     @property
     def storage_url(self) -> str:
-        if self.storage:
-            return self.storage
-        return f"sqlite:///{self.folder / 'study.db'}"
+        """The URL to open: the recipe's ``storage`` (``env:VAR`` read from the environment), else
+        SQLite in the results folder. A NormsearchError if it names an unset variable or is a URL
+        whose password was masked when it was saved."""
+        from .storage import check_storage, from_env
+
+        if not self.storage:
+            return f"sqlite:///{self.folder / 'study.db'}"
+        url = from_env(self.storage)
+        if is_masked(url):
+            raise NormsearchError(check_storage(url))
+        return url
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain data, as saved with a study: its storage URL's password masked."""
         return {
             "name": self.name,
             "model": self.model.to_dict(),
@@ -136,7 +182,7 @@ class Recipe:
             "train": to_mapping(self.train),
             "space": self.space.to_dict() if self.space is not None else None,
             "search": to_mapping(self.search),
-            "storage": self.storage,
+            "storage": mask_url(self.storage),
             "results_dir": self.results_dir,
         }
 
@@ -162,14 +208,19 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise NormsearchError(f"--{key} needs a value")
             value = args[i + 1]
             i += 1
-        if "." not in key and key not in ("name", "storage", "results_dir", "space"):
+        if "." not in key and key not in (*SCALARS, "space"):
             raise NormsearchError(f"unknown option --{key}; recipe overrides look like --section.key value")
-        out[key] = _yaml.loads(value, source=f"--{key}") if value != "" else ""
+        if key in SCALARS:
+            out[key] = value
+        else:
+            out[key] = _yaml.loads(value, source=f"--{key}") if value != "" else ""
         i += 1
     return out
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
+    """The recipe with the overrides applied; an error about an overridden value names the override
+    (``--train.lr: ...``), not the line of the recipe file it replaced."""
     raw = _yaml.copy(raw)
     for dotted, value in overrides.items():
         section, _, key = dotted.partition(".")
@@ -177,6 +228,7 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
             raise NormsearchError(f"--{dotted}: {unknown('recipe section', section, SECTIONS)}")
         if not key:
             raw[section] = value
+            _yaml.mark_override(raw, section, f"--{dotted}")
             continue
         if section in ("name", "storage", "results_dir"):
             raise NormsearchError(f"--{dotted}: {section} is a value, not a section; use --{section} VALUE")
@@ -189,6 +241,7 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> dict:
             current = {}
         current = _yaml.copy(current)
         current[key] = value
+        _yaml.mark_override(current, key, f"--{dotted}")
         raw[section] = current
     return raw
 
@@ -204,6 +257,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None =
         overrides = parse_overrides(overrides)
     raw = _apply_overrides(raw, overrides or {})
     raw.setdefault("name", path.stem)
+    if raw.get("storage") is None:  # $NORMSEARCH_STORAGE, when set, is where the recipe's study lives
+        from .storage import default_storage
+
+        raw["storage"] = default_storage()
     return recipe_from_dict(raw, base=path.parent, source=str(path))
 
 
@@ -215,8 +272,9 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
         if key not in SECTIONS:
             raise NormsearchError(f"{_yaml.where(raw, key)}recipe: {unknown('section', key, SECTIONS)}")
     name = raw.get("name")
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise NormsearchError(f"{_yaml.where(raw, 'name')}recipe name must be a plain word, not {name!r}")
+    problem = name_problem(name)
+    if problem:
+        raise NormsearchError(f"{_yaml.where(raw, 'name')}{problem}")
     data = DataConfig.from_dict(raw.get("data"))
     model_raw = raw.get("model") or {}
     model = ModelConfig.from_dict(model_raw)
@@ -233,11 +291,13 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
         space = load_space(raw["space"], base=base, default_kind=search.norm_kind)
         space.check_depth(model.n_layers)
     storage = raw.get("storage")
-    if storage is not None and not isinstance(storage, str):
-        raise NormsearchError(f"{_yaml.where(raw, 'storage')}storage must be a URL or a file path, not {storage!r}")
+    if storage is not None and (not isinstance(storage, str) or not storage.strip()):
+        raise NormsearchError(f"{_yaml.where(raw, 'storage')}storage must be a URL, a file path or env:VAR, "
+                              f"not {storage!r}")
     results_dir = raw.get("results_dir", "results")
-    if not isinstance(results_dir, str):
-        raise NormsearchError("results_dir must be a path")
+    if not isinstance(results_dir, str) or not results_dir or not results_dir.isprintable():
+        raise NormsearchError(f"{_yaml.where(raw, 'results_dir')}results_dir must be a folder path, "
+                              f"not {results_dir!r}")
     if search.second_objective == "none" and search.sampler == "nsga2":
         raise NormsearchError("search.sampler nsga2 needs search.second_objective")
     recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source)

@@ -160,6 +160,19 @@ class SearchSpace:
     def _range_layers(self, i: int, n_layers: int) -> list[int]:
         return fraction_layers(*self.ranges[i], n_layers)
 
+    def architectures(self, n_layers: int, enough: int | None = None, limit: int = 100_000) -> int:
+        """How many distinct networks (arch ids at ``n_layers``) the space holds; counting stops at
+        ``enough`` (it is at least that many) and after ``limit`` points (a lower bound then)."""
+        seen: set[str] = set()
+        for i, values in enumerate(self.grid()):
+            if i >= limit or (enough is not None and len(seen) >= enough):
+                break
+            try:
+                seen.add(self.placement(values).arch_id(n_layers))
+            except NormsearchError:  # a point that is no network (none at all, say) is never proposed
+                continue
+        return len(seen)
+
     def check_depth(self, n_layers: int):
         for i, r in enumerate(self.ranges):
             if not self._range_layers(i, n_layers):
@@ -218,6 +231,8 @@ def parse_space(d: Any, default_kind: str = "rmsnorm", source: str | None = None
             raise NormsearchError(f"{_yaml.where(d, key)}space: {unknown('key', key, _KEYS)}")
     kinds = d.get("kind", default_kind)
     kinds = tuple(kinds if isinstance(kinds, list) else [kinds])
+    if not kinds:
+        raise NormsearchError(f"{_yaml.where(d, 'kind')}space kind: give one norm kind or a list of them, not []")
     for k in kinds:
         if k not in NORM_KINDS:
             raise NormsearchError(f"{_yaml.where(d, 'kind')}space kind: {unknown('norm kind', k, NORM_KINDS)}")

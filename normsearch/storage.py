@@ -4,6 +4,10 @@
 - ``sqlite:///path``, ``postgresql://...``, ``mysql://...``: Optuna's RDB storage
 - ``journal:PATH`` or a path ending in ``.journal``: Optuna's journal file (no database needed;
   several processes on one machine or a shared file system)
+- ``env:VAR``: the URL is in the environment variable ``VAR`` (keeps passwords out of recipes);
+  ``$NORMSEARCH_STORAGE`` is used when neither the recipe nor ``--storage`` names a storage
+
+Passwords are masked (:mod:`normsearch._secrets`) in every message and file.
 
 Studies are plain Optuna studies: the ``optuna`` command line and optuna-dashboard read them.
 """
@@ -13,29 +17,100 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from ._secrets import is_masked, mask_text, mask_url, remember
 from .errors import NormsearchError
 
 log = logging.getLogger("normsearch")
 T = TypeVar("T")
 
+ENV_DEFAULT = "NORMSEARCH_STORAGE"  # the storage URL when neither the recipe nor --storage names one
+ENV_PREFIX = "env:"
 
-def mask(url: str) -> str:
-    """The URL with its password hidden."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+mask = mask_url  # the one masking function, under its older name
 
 
-def mask_recipe(raw: dict) -> dict:
-    """A resolved recipe (plain data) with the password of its storage URL hidden: for files people
-    commit."""
-    out = dict(raw)
-    if isinstance(out.get("storage"), str):
-        out["storage"] = mask(out["storage"])
-    return out
+def from_env(value: str | None, what: str = "storage") -> str | None:
+    """``env:VAR`` -> the URL in ``$VAR`` (a NormsearchError naming VAR if it is unset or empty);
+    anything else unchanged."""
+    if not value or not value.startswith(ENV_PREFIX):
+        return value
+    var = value[len(ENV_PREFIX):]
+    if not var.isidentifier():
+        raise NormsearchError(f"{what} {value!r}: env: names an environment variable, e.g. env:NORMSEARCH_DB")
+    url = os.environ.get(var, "").strip()
+    if not url:
+        raise NormsearchError(f"{what} {value}: the environment variable {var} is not set")
+    remember(url)
+    return url
+
+
+def default_storage() -> str | None:
+    """``env:NORMSEARCH_STORAGE`` when that variable is set, else None (SQLite in the results folder)."""
+    return ENV_PREFIX + ENV_DEFAULT if os.environ.get(ENV_DEFAULT, "").strip() else None
+
+
+def check_storage(url: str) -> str | None:
+    """What is wrong with a storage URL that can be told without opening it (and without creating
+    anything), or None: not a URL, a masked password, a SQLite or journal folder that cannot be made."""
+    if is_masked(url):
+        return (f"storage {url}: its password is not kept in results files; give --storage URL, or keep the URL "
+                f"in an environment variable (storage: env:VAR, or ${ENV_DEFAULT})")
+    if is_journal(url):
+        return folder_problem(_journal_path(url).parent, f"journal storage {_journal_path(url)}", create=False)
+    if "://" not in url:
+        return (f"storage {mask_url(url)!r} is neither a database URL (sqlite:///..., postgresql://...) nor a "
+                f"journal file (journal:PATH or *.journal)")
+    try:
+        from sqlalchemy.engine import make_url
+
+        make_url(url)
+    except Exception as e:  # sqlalchemy.exc.ArgumentError and friends
+        return f"storage {mask_url(url)}: not a valid database URL ({mask_text(str(e).splitlines()[0])})"
+    path = _sqlite_path(url)
+    if path is not None:
+        return folder_problem(path.parent, f"storage {mask_url(url)}", create=True, file=path)
+    return None
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split(":///", 1)[-1].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" and "://" not in path else None
+
+
+def folder_problem(folder: Path, what: str, create: bool, file: Path | None = None) -> str | None:
+    """Why ``folder`` cannot hold a new file (or be made, with ``create``), or None; touches nothing."""
+    if file is not None and file.exists() and not file.is_file():
+        return f"{what}: {file} is not a file"
+    probe = folder
+    while not probe.exists():
+        if not create:
+            return f"{what}: the folder {folder} does not exist"
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{what}: {probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{what}: the folder {probe} is not writable"
+    return None
+
+
+def require_existing(url: str) -> None:
+    """For commands that only read: a SQLite or journal file that is not there is an error (opening
+    it would create an empty one); other URLs are checked by :func:`check_storage` only."""
+    problem = check_storage(url)
+    if problem:
+        raise NormsearchError(problem)
+    local = _journal_path(url) if is_journal(url) else _sqlite_path(url)
+    if local is not None and not local.is_file():
+        raise NormsearchError(f"storage {mask_url(url)}: no such file {local}; is the URL right, and has the "
+                              f"study run?")
 
 
 def is_journal(url: str) -> bool:
@@ -46,29 +121,33 @@ def _journal_path(url: str) -> Path:
     return Path(url[len("journal:"):] if url.startswith("journal:") else url)
 
 
-def open_storage(url: str):
+def open_storage(url: str, create: bool = True):
     """An Optuna storage for ``url``; a storage that cannot be opened is a NormsearchError that says
-    why (unreachable, refused password, missing driver)."""
+    why (unreachable, refused password, missing driver). ``create=False`` (read-only commands): a
+    SQLite or journal file that does not exist is an error, not a new empty file."""
     import optuna
 
+    remember(url)
+    problem = check_storage(url)
+    if problem:
+        raise NormsearchError(problem)
+    if not create:
+        require_existing(url)
+    local = _journal_path(url) if is_journal(url) else _sqlite_path(url)
     if is_journal(url):
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
         path = _journal_path(url)
-        if not path.parent.is_dir():
-            raise NormsearchError(f"journal storage {path}: the folder {path.parent} does not exist")
         backend = JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path)))
         return optuna.storages.JournalStorage(backend)
-    if "://" not in url:
-        raise NormsearchError(
-            f"storage {url!r} is neither a database URL (sqlite:///..., postgresql://...) nor a journal "
-            f"file (journal:PATH or *.journal)"
-        )
     engine_kwargs: dict = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
-        path = url.split(":///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if local is not None:
+            try:
+                local.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise NormsearchError(f"storage {mask_url(url)}: cannot make the folder {local.parent} "
+                                      f"({e.strerror})") from None
         engine_kwargs = {"connect_args": {"timeout": 60}}
     elif url.startswith("postgresql"):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
@@ -76,13 +155,13 @@ def open_storage(url: str):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
         except ImportError as e:
-            raise NormsearchError(f"storage {mask(url)}: the database driver is missing ({e}); "
+            raise NormsearchError(f"storage {mask_url(url)}: the database driver is missing ({mask_text(str(e))}); "
                                   f"for PostgreSQL: pip install 'normsearch[postgres]'") from None
         except Exception as e:  # sqlalchemy errors: unreachable, refused, bad URL
             if attempt < 4 and _creation_race(e):  # workers that start together on an empty database
                 time.sleep(0.5 + random.random())
                 continue
-            raise NormsearchError(f"cannot open storage {mask(url)}: {_reason(e)}") from None
+            raise NormsearchError(f"cannot open storage {mask_url(url)}: {_reason(e)}") from None
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -100,6 +179,11 @@ def _creation_race(e: BaseException) -> bool:
 
 
 def _reason(e: BaseException) -> str:
+    """One line that says why a storage operation failed, with every known password masked."""
+    return mask_text(_why(e))
+
+
+def _why(e: BaseException) -> str:
     cause = e.__cause__
     if cause is not None and type(e).__name__ == "StorageInternalError":  # Optuna's wrapper: say why
         e = cause

@@ -35,7 +35,7 @@ def _clean(x: Any) -> Any:
 def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
                  importance: Importance | None = None, plots: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything in the report as plain data; ``rows`` carry the ranked table and the comparisons."""
-    from ..storage import mask_recipe
+    from .._secrets import mask_recipe
 
     return _clean({
         "study": ranking.study,
@@ -90,25 +90,31 @@ def _previous_plots(out_dir: Path) -> set[str]:
         return set()
 
 
-def check_out_dir(out_dir: Path, force: bool = False) -> None:
+def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
     """The report writes into a new or empty folder, a results folder of a study, or a folder that
-    holds an earlier report; anything else needs ``force`` (it would overwrite files of the user's)."""
+    holds an earlier report; anything else needs ``overwrite`` (it would replace files of the user's)."""
     if out_dir.exists() and not out_dir.is_dir():
-        raise NormsearchError(f"--out {out_dir}: is a file; give a folder")
-    if force or not out_dir.exists():
+        raise NormsearchError(f"--out {out_dir}: a file, not a folder")
+    if not out_dir.exists():
+        from ..storage import folder_problem
+
+        problem = folder_problem(out_dir, f"--out {out_dir}", create=True)
+        if problem:
+            raise NormsearchError(problem)
+        return
+    if overwrite:
         return
     names = {p.name for p in out_dir.iterdir()}
     ours = set(REPORT_FILES) | set(STUDY_FILES) | _previous_plots(out_dir)
     if not names or (names & {"ranking.json", "recipe.yaml"} and names <= ours):
         return
     others = sorted(names - ours)[:3]
-    raise NormsearchError(f"--out {out_dir}: the folder holds files the report did not write ({', '.join(others)}"
-                          f"{', ...' if len(names - ours) > 3 else ''}); give an empty or new folder, or --force to "
-                          f"write into it anyway")
+    raise NormsearchError(f"--out {out_dir} holds files that are not a normsearch report ({', '.join(others)}"
+                          f"{', ...' if len(names - ours) > 3 else ''}); give a new or empty folder, or --overwrite")
 
 
 def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, objective: str | None = None,
-                 evaluator=None, top: int = 3, force: bool = False) -> Ranking:
+                 evaluator=None, top: int = 3, overwrite: bool = False) -> Ranking:
     """Rank the study and write ``report.md``, ``ranking.csv``, ``ranking.json`` and the PNG plots
     into ``out_dir`` (created; see :func:`check_out_dir` for which folders it writes into).
     ``handle_or_study``: a StudyHandle, an optuna Study or a results folder. ``evaluator``: an
@@ -117,7 +123,7 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     from . import _plots as P
 
     out_dir = Path(out_dir)
-    check_out_dir(out_dir, force)
+    check_out_dir(out_dir, overwrite)
     ranking = rank(handle_or_study, against=against, objective=objective)
     effects = site_effects(ranking)
     importance = site_importance(ranking, evaluator)

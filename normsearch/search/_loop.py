@@ -113,7 +113,7 @@ class Search:
                 outcome = self.evaluate(trial)
                 errors = 0
             except KeyboardInterrupt:
-                self._fail(trial, "interrupted (Ctrl-C)", retry_it=True)
+                self._fail(trial, "interrupted (Ctrl-C or SIGTERM)", retry_it=True)
                 raise StudyInterrupted() from None
             except NormsearchError:
                 self._fail(trial, "stopped by an error", retry_it=True)
@@ -310,10 +310,11 @@ def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, displa
     ``search.trials`` searched architectures are evaluated. Returns the study's handle."""
     from ..recipe import load_recipe
 
+    from ..checks import ensure_runnable
+
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
-    if recipe.space is None and recipe.search.trials > 0:
-        raise NormsearchError("the recipe has no `space` but search.trials > 0; add a space or set search.trials: 0")
+    ensure_runnable(recipe, storage=storage)  # before the study exists: a bad recipe locks nothing
     handle = open_study(recipe, storage, seed_offset=seed_offset)
     Search(handle, display, verbose).run()
     return handle

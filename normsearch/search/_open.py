@@ -11,7 +11,8 @@ from .. import _yaml
 from ..errors import NormsearchError
 from ..recipe import Recipe
 from ..records import A_RECIPE
-from ..storage import mask, mask_recipe, open_storage, retry
+from .._secrets import mask_recipe
+from ..storage import mask, open_storage, retry
 
 FINGERPRINT_EXCLUDE = {"train": {"threads", "kernels", "device", "devices", "strategy"}, "data": {"cache_dir"}}
 
@@ -136,12 +137,6 @@ def open_study(recipe: Recipe, storage: str | None = None, create: bool = True, 
     return StudyHandle(recipe, study, url, folder)
 
 
-def _sqlite_file(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url[len("sqlite:///"):])
-    return None
-
-
 def open_results(target: str | Path | None = None, storage: str | None = None,
                  study_name: str | None = None) -> StudyHandle:
     """An existing study: a results folder (``results/<name>``, which holds the recipe it was run
@@ -174,11 +169,7 @@ def open_results(target: str | Path | None = None, storage: str | None = None,
         if not (storage and study_name):
             raise NormsearchError("name a results folder, or give --storage URL and --study-name NAME")
         url, name, recipe = storage, study_name, None
-    db = _sqlite_file(url)
-    if db is not None and not db.is_file():
-        hint = f"; run `normsearch run {target}` first" if target is not None and folder is None else ""
-        raise NormsearchError(f"no study database at {db}{hint}")
-    store = open_storage(url)
+    store = open_storage(url, create=False)  # looking for a study creates no database
     try:
         study = retry(lambda: optuna.load_study(study_name=name, storage=store), "open the study")
     except KeyError:

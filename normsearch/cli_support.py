@@ -1,0 +1,131 @@
+"""What the command line needs besides its commands: usage errors on one line, SIGTERM handled like
+Ctrl-C, and the checks of option values that come before any work. Torch-free; typer only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from typer.core import TyperGroup
+
+from .errors import NormsearchError
+
+try:  # the click that typer runs on: its own copy in newer typer
+    from typer import _click as click
+except ImportError:  # pragma: no cover - typer < 0.20 uses click itself
+    import click
+
+
+class _UsageError(click.ClickException):
+    """Click's usage errors (a bad option value, a missing argument, an unknown command) as one line,
+    like every other bad input."""
+
+    exit_code = 2
+
+    def __init__(self, e):
+        where = f"; see {e.ctx.command_path} --help" if e.ctx is not None else ""
+        super().__init__(" ".join(e.format_message().split()).rstrip(".") + where)
+
+    def show(self, file=None):
+        click.echo(f"error: {self.message}", err=True)
+
+
+_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # a bare command shows its help, as it should
+
+
+class Group(TyperGroup):
+    """The command group: usage errors of it and of its commands become one ``error:`` line."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except _HELP:
+            raise
+        except click.exceptions.UsageError as e:
+            raise _UsageError(e) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _HELP:
+            raise
+        except click.exceptions.UsageError as e:
+            raise _UsageError(e) from None
+
+
+def at_least(low: int, **options):
+    """Integer options checked before anything runs: ``--layers 0`` is one error line."""
+    for name, value in options.items():
+        if value is not None and value < low:
+            raise NormsearchError(f"--{name.replace('_', '-')} must be >= {low}, not {value}")
+
+
+def storage_option(storage: Optional[str]) -> Optional[str]:
+    """A ``--storage`` value with ``env:VAR`` read from the environment."""
+    from .storage import from_env
+
+    return from_env(storage, "--storage")
+
+
+def read_only(study: Optional[str], storage: Optional[str]) -> Optional[str]:
+    """The ``--storage`` of a command that only reads: what it names must exist (a mistyped SQLite
+    path or a never-run recipe must not leave an empty database behind)."""
+    from .storage import require_existing
+
+    storage = storage_option(storage)
+    if storage:
+        require_existing(storage)
+    elif study is not None and Path(study).suffix in (".yaml", ".yml") and not Path(study).is_dir():
+        from .recipe import load_recipe
+
+        require_existing(load_recipe(study).storage_url)
+    return storage
+
+
+def check_new_file(path: Path, option: str):
+    """A file the command will write: not a folder, in a folder that exists."""
+    if path.is_dir():
+        raise NormsearchError(f"{option} {path}: a folder; name the file to write")
+    if not path.parent.is_dir():
+        raise NormsearchError(f"{option} {path}: the folder {path.parent} does not exist")
+
+
+_SIGTERM = {"received": False}
+
+
+def stop_on_sigterm():
+    """SIGTERM (what Slurm, Kubernetes and ``timeout`` send) stops like Ctrl-C: the running trial is
+    marked for a rerun, finished trials are kept. A second SIGTERM ends the process at once."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread (CliRunner in a thread, say)
+
+    def handler(signum, frame):
+        _SIGTERM["received"] = True
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def interrupted_code() -> int:
+    """130 after Ctrl-C, 143 after SIGTERM (the shell's codes for the two signals)."""
+    return 143 if _SIGTERM["received"] else 130
+
+
+#: the files in a folder that mark it as one normsearch writes reports into
+def bench_errors(main, args: list[str]) -> int:
+    """Run a benchmark's argparse main; its usage errors become one ``error:`` line too."""
+    import argparse
+
+    def one_line(parser, message):
+        raise NormsearchError(f"{parser.prog}: {message}")
+
+    error = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = one_line
+    try:
+        return main(args)
+    finally:
+        argparse.ArgumentParser.error = error
