@@ -72,6 +72,7 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
     ranks = posterior_ranks(samples, fit, tiers, n_draws, seed) if fit is not None else None
     archs = {}
     n_ranked = len(ranks.archs) if ranks else 0
+    n_trained = sum(bool(s) for s in samples.values())  # architectures with a successful run
     for i, a in enumerate(order, 1):
         lr = lrs[a]
         best = lr.best
@@ -83,11 +84,15 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
             arch=a, rank=i, lr=lr, best_lr=lr.best_lr, n_runs=n_runs, n_failed=n_failed,
             failure_rate=n_failed / n_runs if n_runs else 0.0, failure_ci_low=lo, failure_ci_high=hi,
             fails_at_best_lr=lr.fails_at_best_lr, interval=interval(samples, a, fit),
-            p_best=ranks.p_best[a] if ranked else (0.0 if best is None else None),
+            p_best=ranks.p_best[a] if ranked else 0.0 if best is None else 1.0 if n_trained == 1 else None,
             rank_low=ranks.rank_low[a] if ranked else n_ranked + 1,
             rank_high=ranks.rank_high[a] if ranked else len(order), basin=arch_basin(lr))
-    comparisons = [compare(samples, a, b, fit, margin) for b in against if b in lrs
-                   for a in (compared if compared is not None else order) if a != b and a in lrs]
+    pairs: list[tuple[str, str]] = []
+    for b in (b for b in against if b in lrs):
+        for a in (compared if compared is not None else order):
+            if a != b and a in lrs and (b, a) not in pairs:  # two baselines are compared once
+                pairs.append((a, b))
+    comparisons = [compare(samples, a, b, fit, margin) for a, b in pairs]
     adjust(comparisons, alpha, power)
     if ranks is not None:
         for c in comparisons:

@@ -34,8 +34,9 @@ class PooledFit:
     seed_effects: bool  # False when the design could not separate seeds from architectures
     effects: np.ndarray  # per arch, relative to archs[0]
     effects_cov: np.ndarray  # their covariance (sigma^2 (X'X)^-1 block; zeros for archs[0])
-    levene_stat: float | None  # Brown-Forsythe (median-centred Levene) on seed-adjusted losses
+    levene_stat: float | None  # Levene's statistic on each architecture's losses
     levene_p: float | None  # None when fewer than two architectures have two runs
+    levene_center: str  # "median" (Brown-Forsythe) when every group has >= 4 runs, else "mean"
     homogeneous: bool  # levene_p is None or >= alpha
     alpha: float
     level_sigma: float | None  # pooled within-architecture SD (seed variation included), for levels
@@ -55,6 +56,8 @@ def pooled_fit(samples: Samples, alpha: float = ALPHA) -> PooledFit | None:
 
     archs = [a for a in samples if samples[a]]
     ys = [(a, s, float(v)) for a in archs for s, v in samples[a].items()]
+    if len(ys) < 2:
+        return None
     seeds = sorted({s for _, s, _ in ys})
     y = np.array([v for *_, v in ys])
     arch_x = np.array([[a == b for b in archs[1:]] for a, _, _ in ys], dtype=float).reshape(len(ys), -1)
@@ -71,12 +74,16 @@ def pooled_fit(samples: Samples, alpha: float = ALPHA) -> PooledFit | None:
     effects = np.concatenate([[0.0], res.params[1:k]])
     cov = np.zeros((k, k))
     cov[1:, 1:] = np.asarray(res.cov_params())[1:k, 1:k]
-    seed_fx = dict(zip(seeds, np.concatenate([[0.0], res.params[k:]]))) if seed_effects else {}
-    groups = [np.array([v - seed_fx.get(s, 0.0) for s, v in samples[a].items()]) for a in archs]
+    # on the raw losses: a seed effect adds the same variance to every architecture, while removing the
+    # fitted one would spread a noisy architecture's variance over the others
+    groups = [np.asarray(list(samples[a].values()), float) for a in archs]
     groups = [g for g in groups if g.size >= 2]
     stat = p = None
+    # Brown-Forsythe (median-centred) is the robust choice, but with 3 runs a group's median-centred
+    # deviations include a 0 and the test never rejects: below 4 runs, Levene's mean-centred original
+    center = "median" if min((g.size for g in groups), default=0) >= 4 else "mean"
     if len(groups) >= 2:
-        stat, p = (float(v) for v in stats.levene(*groups, center="median"))
+        stat, p = (float(v) for v in stats.levene(*groups, center=center))
         if not math.isfinite(p):  # every group constant: nothing to test
             stat = p = None
     within = [np.asarray(list(samples[a].values()), float) for a in archs if len(samples[a]) >= 2]
@@ -84,7 +91,7 @@ def pooled_fit(samples: Samples, alpha: float = ALPHA) -> PooledFit | None:
     level_sigma = math.sqrt(sum(((w - w.mean()) ** 2).sum() for w in within) / level_df) if level_df else None
     return PooledFit(archs=archs, sigma=math.sqrt(res.scale), df=int(round(res.df_resid)), n_obs=len(ys),
                      seed_effects=bool(seed_effects), effects=effects, effects_cov=cov, levene_stat=stat,
-                     levene_p=p, homogeneous=p is None or p >= alpha, alpha=alpha,
+                     levene_p=p, levene_center=center, homogeneous=p is None or p >= alpha, alpha=alpha,
                      level_sigma=level_sigma, level_df=level_df)
 
 
@@ -224,22 +231,29 @@ def seeds_needed(diff: float, sd_a: float, sd_b: float, margin: float = MARGIN, 
                  power: float = POWER, max_seeds: int = MAX_SEEDS) -> int | None:
     """Seeds per arm for a comparison to resolve, if the true difference were ``diff`` and the run SDs
     stayed ``sd_a``, ``sd_b``: the smallest n at which either the two-sided difference test at
-    ``alpha`` or TOST at ``alpha`` within ``margin`` has ``power`` (noncentral t, 2n - 2 df; for TOST
-    the lower bound P(A) + P(B) - 1). None above ``max_seeds``.
+    ``alpha`` or TOST at ``alpha`` within ``margin`` reaches ``power``. Power of a t-test with 2n - 2
+    df, by the shifted central t (noncentral t ~ t + ncp); for TOST the lower bound P(A) + P(B) - 1.
+    None above ``max_seeds``.
     """
     from scipy import stats
 
-    n = np.arange(2, max_seeds + 1)
-    se = math.sqrt(sd_a ** 2 + sd_b ** 2) / np.sqrt(n)
-    if not np.all(se > 0):
+    sd = math.sqrt(sd_a ** 2 + sd_b ** 2)
+    if sd == 0:
         return 2
-    df = 2 * n - 2
-    t2 = stats.t.ppf(1 - alpha / 2, df)
-    p_diff = stats.nct.sf(t2, df, abs(diff) / se) + stats.nct.cdf(-t2, df, abs(diff) / se)
-    t1 = stats.t.ppf(1 - alpha, df)
-    p_tost = stats.nct.sf(t1, df, (diff + margin) / se) + stats.nct.cdf(-t1, df, (diff - margin) / se) - 1
-    ok = np.flatnonzero((p_diff >= power) | (p_tost >= power))
-    return int(n[ok[0]]) if ok.size else None
+
+    def first_resolving(n: np.ndarray) -> int | None:
+        se, df = sd / np.sqrt(n), 2 * n - 2
+        t2, t1 = stats.t.ppf(1 - alpha / 2, df), stats.t.ppf(1 - alpha, df)
+        p_diff = stats.t.sf(t2 - abs(diff) / se, df) + stats.t.cdf(-t2 - abs(diff) / se, df)
+        p_tost = stats.t.sf(t1 - (diff + margin) / se, df) + stats.t.cdf(-t1 - (diff - margin) / se, df) - 1
+        ok = np.flatnonzero((p_diff >= power) | (p_tost >= power))
+        return int(n[ok[0]]) if ok.size else None
+
+    # both powers grow with n: find the first power of two that resolves, then the n below it
+    top = first_resolving(np.unique(np.minimum(2 ** np.arange(1, 1 + math.ceil(math.log2(max_seeds))), max_seeds)))
+    if top is None:
+        return None
+    return first_resolving(np.arange(max(2, top // 2), top + 1))
 
 
 @dataclass
