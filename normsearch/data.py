@@ -175,6 +175,13 @@ class Tokens:
     bytes_per_token: float  # over the validation split
     key: str  # identifies corpus, tokenizer and split; stored with every result
 
+    def unigram_bpb(self) -> float:
+        """Bits per byte of the best context-free predictor of the train split (its unigram entropy):
+        a run that ends near this learned token frequencies and nothing else (it stalled)."""
+        counts = np.bincount(np.asarray(self.train, dtype=np.int64))
+        p = counts[counts > 0] / len(self.train)
+        return float(-(p * np.log2(p)).sum()) / self.bytes_per_token
+
     def val_windows(self, context_length: int, n: int) -> np.ndarray:
         """``n`` fixed windows of ``context_length + 1`` tokens, evenly spaced over the validation
         split: the same for every trial that uses this data and context length."""

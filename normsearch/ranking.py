@@ -1,19 +1,23 @@
 """Ranking: which placement won, by how much, and how sure we are.
 
 One row per architecture (trials that proposed the same network are one row), baselines included
-and marked. The score is the study's objective (see :mod:`normsearch.scoring`):
+and marked. The statistics are :mod:`normsearch.stats`' (rules and thresholds in
+``docs/statistics.md``); in short:
 
-- ``mean``: per seed, the final validation bits per byte at the architecture's best learning rate;
-  the score is their mean.
-- ``robust``: per seed, the mean over the learning-rate sweep of ``min(loss, loss at init)``; the
-  score is the mean over the sweep of the seed-averaged losses (the same number when every seed ran
-  at every learning rate).
+- every run is an outcome: ``diverged``, ``stalled`` (it ended near the unigram loss of the training
+  bytes, or never improved on its loss at initialisation) or ``ok``; a failure never enters a mean,
+  an interval or a test: it is counted, with a Wilson interval, per architecture and learning rate;
+- an architecture's learning rate is the one where it failed least, then had the lowest mean loss
+  over its successful runs; the ranking is a hurdle: by failure rate at that learning rate, then by
+  that mean loss;
+- intervals and comparisons use the pooled variance of the two-way model loss ~ architecture + seed
+  when a test of equal variances does not reject, per-architecture estimates otherwise;
+- every comparison with a baseline is one family: ``better``/``worse`` under Holm, ``equivalent``
+  only when two one-sided tests pass within ``report.margin``, else ``undecided`` with the seeds that
+  would resolve it; P(best), rank intervals and P(a < b) come from the pooled model's posterior.
 
-The 95% confidence interval is Student's t over those per-seed values. Comparisons with a baseline
-are paired by seed: the mean of (this - baseline) over the seeds both have, its 95% t-interval, and
-the p-value of a two-sided paired t-test (``scipy.stats.ttest_rel``). With fewer than two common
-seeds there is no interval and no comparison: one seed measures noise, not a difference. The
-p-values are not corrected for multiple comparisons.
+The learning rate is chosen on the same seeds that score it, so the intervals are slightly
+optimistic (the confirmation stage of issue 16 is what removes that).
 """
 
 from __future__ import annotations
@@ -26,58 +30,43 @@ from .records import A_ARCH, A_FAILED, ArchRecord, RunResult, run_keys, trial_ru
 from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
-ALPHA = 0.05
 RANKED = "COMPLETE"
 
 
 @dataclass
-class Comparison:
-    against: str
-    n: int  # seeds in common
-    diff: float | None  # mean of (this - baseline) over common seeds; negative is better
-    ci_low: float | None  # 95% t-interval of that mean
-    ci_high: float | None
-    p_value: float | None  # two-sided paired t-test
-    verdict: str  # better | worse | within noise | not compared (why)
+class LrPoint:
+    """One learning rate of an architecture's sweep: failures, and the mean over successful runs."""
+
+    lr: float
+    n_runs: int
+    n_diverged: int
+    n_stalled: int
+    mean: float | None  # over the successful runs; None when all failed
+    failure_ci_low: float
+    failure_ci_high: float
 
     @property
-    def compared(self) -> bool:
-        return self.diff is not None
-
-    def sentence(self, label: str, unit: str = "bits/byte") -> str:
-        """The comparison in words, e.g. ``t5 is 0.031 bits/byte better than peri_ln (95% CI
-        [0.010, 0.052], p = 0.004, paired t-test on 3 seeds)``."""
-        if not self.compared:
-            return f"{label} vs {self.against}: {self.verdict}."
-        stats = f"{format_p(self.p_value)}, paired t-test on {self.n} seeds"
-        if self.verdict in ("better", "worse"):
-            # the size of the gain (better) or loss (worse) as a positive number, with its interval
-            sign = -1.0 if self.verdict == "better" else 1.0
-            lo, hi = sorted((sign * self.ci_low, sign * self.ci_high))
-            return (f"{label} is {sign * self.diff:.3f} {unit} {self.verdict} than {self.against} "
-                    f"(95% CI [{lo:.3f}, {hi:.3f}], {stats}).")
-        return (f"{label} vs {self.against}: within noise, difference {self.diff:+.3f} {unit} "
-                f"(95% CI [{self.ci_low:+.3f}, {self.ci_high:+.3f}], {stats}): the two cannot be told apart "
-                f"from seed-to-seed noise.")
+    def n_failed(self) -> int:
+        return self.n_diverged + self.n_stalled
 
 
 @dataclass
 class Row:
-    rank: int | None
+    rank: int | None  # the hurdle rank (failure rate at the chosen lr, then loss); None: not ranked
     label: str
     is_baseline: bool
     arch_id: str
     sites: str
     placement: dict
-    state: str  # COMPLETE (ranked), PRUNED, or INCOMPLETE (finished without a usable score)
-    score_mean: float | None  # the study's objective
-    ci_low: float | None
+    state: str  # COMPLETE (ranked), PRUNED, or INCOMPLETE (finished without any evaluated run)
+    score_mean: float | None  # mean loss over the successful runs at the chosen lr; None if all failed
+    ci_low: float | None  # its 95% interval (see Ranking.variance_method)
     ci_high: float | None
-    n_seeds: int
-    n_runs: int
-    n_diverged: int
-    best_lr: float | None
-    lr_sensitivity: float | None  # None with a single learning rate: there is no sweep to measure
+    n_seeds: int  # successful seeds behind score_mean
+    n_runs: int  # every run of the sweep
+    n_diverged: int  # every run of the sweep that diverged
+    best_lr: float | None  # the chosen learning rate
+    lr_sensitivity: float | None  # Wortsman et al.'s, over capped losses (counts divergences); kept for old reports
     n_params: int
     tokens_per_s: float
     kernels: str
@@ -88,13 +77,27 @@ class Row:
     wall_time: float = 0.0  # seconds, summed over the runs
     trials: list[int] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)  # the search-space choices (empty outside the space)
-    seeds: dict[int, float] = field(default_factory=dict)  # seed -> loss at the best lr
-    seed_scores: dict[int, float] = field(default_factory=dict)  # seed -> that seed's objective (CI, tests)
-    per_lr: dict[float, float] = field(default_factory=dict)  # lr -> L(lr), seed mean of capped losses
-    comparisons: list[Comparison] = field(default_factory=list)
+    seeds: dict[int, float] = field(default_factory=dict)  # seed -> loss at the chosen lr (successful runs)
+    seed_scores: dict[int, float] = field(default_factory=dict)  # the same (kept for readers of old reports)
+    per_lr: dict[float, float] = field(default_factory=dict)  # lr -> mean over successful runs
+    n_failed: int = 0  # at the chosen lr: diverged or stalled
+    n_stalled: int = 0  # at the chosen lr
+    failure_rate: float = 0.0  # at the chosen lr
+    failure_ci_low: float = 0.0  # Wilson 95%
+    failure_ci_high: float = 1.0
+    fails_at_best_lr: bool = False
+    ci_method: str = ""  # pooled | per-arch | none
+    p_best: float | None = None
+    rank_low: int | None = None  # 95% rank interval
+    rank_high: int | None = None
+    lr_basin: float | None = None  # width in log10(lr) within tolerance of its own best (None: < 3 points)
+    lr_basin_low: float | None = None
+    lr_basin_high: float | None = None
+    lr_points: list[LrPoint] = field(default_factory=list)
+    comparisons: list[Any] = field(default_factory=list)  # normsearch.stats.Comparison, this row vs a baseline
     runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
 
-    def comparison(self, against: str) -> Comparison | None:
+    def comparison(self, against: str):
         return next((c for c in self.comparisons if c.against == against), None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +106,8 @@ class Row:
         d["seeds"] = {str(k): v for k, v in self.seeds.items()}
         d["seed_scores"] = {str(k): v for k, v in self.seed_scores.items()}
         d["per_lr"] = {repr(k): v for k, v in self.per_lr.items()}
+        for c in d["comparisons"]:
+            c.pop("sd_arch", None), c.pop("sd_against", None)
         return d
 
 
@@ -144,9 +149,25 @@ class HistoryPoint:
 
 
 @dataclass
+class Judgement:
+    """How the verdicts were reached, for the report to say."""
+
+    alpha: float = 0.05
+    margin: float = 0.02
+    variance_method: str = ""  # pooled | per-architecture (...)
+    sigma: float | None = None  # residual SD of loss ~ arch + seed
+    df: int | None = None
+    variance_test: str = ""  # Brown-Forsythe (median) or Levene (mean)
+    variance_p: float | None = None
+    n_comparisons: int = 0
+    unigram_bpb: float | None = None  # the stall reference; None when the data could not be read
+    search: Any = None  # normsearch.stats.SearchValue of the searched trials, or None
+
+
+@dataclass
 class Ranking:
     study: str
-    objective: str
+    objective: str  # what the sampler optimised (the ranking itself is the hurdle order)
     rows: list[Row]
     n_trials: dict[str, int]  # by state
     running: int
@@ -159,6 +180,7 @@ class Ranking:
     history: list[HistoryPoint] = field(default_factory=list)  # per finished trial, in trial order
     param_choices: dict[str, list] = field(default_factory=dict)  # search-space parameter -> its choices
     cost: Cost = field(default_factory=Cost)
+    judgement: Judgement = field(default_factory=Judgement)
 
     @property
     def finished(self) -> bool:
@@ -170,50 +192,6 @@ class Ranking:
 
     def row(self, label: str) -> Row | None:
         return next((r for r in self.rows if r.label == label), None)
-
-
-# --------------------------------------------------------------------------------------------------
-# Statistics
-
-
-def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float | None, float | None]:
-    """Mean and Student-t confidence interval; (mean, None, None) for fewer than two values."""
-    from scipy import stats
-
-    n = len(values)
-    if n == 0:
-        raise ValueError("no values")
-    mean = math.fsum(values) / n
-    if n < 2:
-        return mean, None, None
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
-
-
-def compare(row: Row, base: Row) -> Comparison:
-    """Paired by seed: this architecture's per-seed objective against the baseline's."""
-    from scipy import stats
-
-    a, b = row.seed_scores or row.seeds, base.seed_scores or base.seeds
-    common = sorted(set(a) & set(b))
-    if len(common) < 2:
-        why = "one seed" if len(common) == 1 else "no seeds in common"
-        return Comparison(base.label, len(common), None, None, None, None, f"not compared ({why})")
-    d = [a[s] - b[s] for s in common]
-    mean, lo, hi = t_interval(d)
-    if max(d) - min(d) <= 1e-12 * max(1.0, abs(mean)):
-        # no spread: the t statistic is 0/0 (equal) or infinite (a constant difference)
-        p = 1.0 if abs(mean) <= 1e-12 else 0.0
-    else:
-        p = float(stats.ttest_rel([a[s] for s in common], [b[s] for s in common]).pvalue)
-    if p < ALPHA and mean < 0:
-        verdict = "better"
-    elif p < ALPHA and mean > 0:
-        verdict = "worse"
-    else:
-        verdict = "within noise"
-    return Comparison(base.label, len(common), mean, lo, hi, p, verdict)
 
 
 def format_p(p: float | None) -> str:
@@ -229,13 +207,14 @@ def format_p(p: float | None) -> str:
 # The ranking
 
 
-def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objective: str | None = None) -> Ranking:
+def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objective: str | None = None,
+         margin: float | None = None, alpha: float | None = None) -> Ranking:
     """Rank the finished architectures of a study made by normsearch.
 
     ``study``: a :class:`normsearch.search.StudyHandle`, an ``optuna.Study``, or a results folder
-    (opened with its recipe's storage). ``against``: labels to compare every row with, paired by
-    seed (normally baselines; any finished row's label works). ``objective``: ``mean`` or
-    ``robust`` (default: the study's)."""
+    (opened with its recipe's storage). ``against``: labels to compare every row with (normally
+    baselines; any finished row's label works). ``margin``/``alpha``: the recipe's ``report``
+    section unless given. ``objective`` names what the sampler optimised (default: the study's)."""
     study, recipe = _as_study(study)
     objective = objective or recipe.search.objective
     if objective not in ("mean", "robust"):
@@ -258,20 +237,11 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
             if hasattr(dist, "choices"):
                 choices.setdefault(name, list(dist.choices))
 
-    rows = [_row(arch, ts, objective, n_layers) for arch, ts in groups.items()]
-    inf = math.inf
-    rows.sort(key=lambda r: (r.state != RANKED, r.score_mean if r.score_mean is not None else inf, r.label))
-    for i, r in enumerate(x for x in rows if x.state == RANKED):
-        r.rank = i + 1
-
+    rows = [_row(arch, ts, n_layers) for arch, ts in groups.items()]
     against = list(dict.fromkeys(against))
-    bases = {r.label: r for r in rows if r.state == RANKED}  # baselines, or any finished label asked for
-    for r in rows:
-        if r.state != RANKED:
-            continue
-        for a in against:
-            if a in bases and bases[a] is not r:
-                r.comparisons.append(compare(r, bases[a]))
+    judgement = _judge(rows, against, recipe, margin, alpha)
+    order = {r.label: i for i, r in enumerate(sorted((r for r in rows if r.rank is not None), key=lambda r: r.rank))}
+    rows.sort(key=lambda r: (r.rank is None, order.get(r.label, 0), r.label))
 
     runs_total = len(recipe.train.runs)
     running = [TrialNote(t.number, records[t.number].label, records[t.number].arch_id or None,
@@ -288,18 +258,20 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
             continue
         r = by_arch[rec.arch_id]
         history.append(HistoryPoint(t.number, r.label, rec.arch_id, t.state.name,
-                                    r.score_mean if t.state.name == "COMPLETE" and r.state == RANKED else None,
+                                    r.score_mean if t.state.name == "COMPLETE" and r.rank is not None else None,
                                     bool(rec.baseline), rec.reused_from is not None))
-
+    judgement.search = _search_value(history)
+    labels = {r.label for r in rows if r.rank is not None}
     return Ranking(
         study=study.study_name, objective=objective, rows=rows, n_trials=counts, running=counts.get("RUNNING", 0),
         against=against, recipe=recipe, n_layers=n_layers,
-        missing_against=[a for a in against if a not in bases], running_trials=running, failures=failures,
-        history=history, param_choices=choices, cost=_cost(trials, recipe),
+        missing_against=[a for a in against if a not in labels], running_trials=running, failures=failures,
+        history=history, param_choices=choices, cost=_cost(trials, recipe), judgement=judgement,
     )
 
 
-def _row(arch: str, ts: list[tuple[Any, ArchRecord]], objective: str, n_layers: int) -> Row:
+def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
+    """The row's identity and runs; the statistics are filled in by :func:`_judge`."""
     with_runs = [(t, rec, trial_runs(t)) for t, rec in ts]
     with_runs = [x for x in with_runs if x[2]]
     owners = [x for x in with_runs if x[0].state.name == "COMPLETE"] or with_runs
@@ -320,13 +292,11 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], objective: str, n_layers: 
         sites = Placement.from_dict(placement).resolve(int(n_layers)).describe()
     params = next((dict(rec.params) for rec in recs if rec.params), {})
     finished = [r for r in runs if r.finished]
-    if not runs:
-        state = "INCOMPLETE" if first.state.name == "COMPLETE" else first.state.name
-    else:
-        state = first.state.name
+    evaluated = [r for r in runs if r.curve]
+    state = first.state.name if evaluated else ("INCOMPLETE" if first.state.name == "COMPLETE" else first.state.name)
     row = Row(
         rank=None, label=label, is_baseline=base is not None, arch_id=arch, sites=sites, placement=placement,
-        state=state, score_mean=None, ci_low=None, ci_high=None, n_seeds=len({int(r.seed) for r in runs}),
+        state=state, score_mean=None, ci_low=None, ci_high=None, n_seeds=0,
         n_runs=len(runs), n_diverged=sum(bool(r.diverged) for r in runs), best_lr=None,
         lr_sensitivity=None, n_params=int(runs[0].n_params or 0) if runs else 0,
         tokens_per_s=sum(r.tokens_per_s for r in finished) / len(finished) if finished else 0.0,
@@ -336,27 +306,83 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], objective: str, n_layers: 
         wall_time=sum(float(r.wall_time or 0.0) for r in runs),
         trials=[t.number for t, _ in ts], params=params, runs=runs,
     )
-    if state != RANKED:
-        return row
-    s = score_runs(runs, objective)
-    by_seed = _robust_by_seed(runs) if objective == "robust" else s.seeds_at_best
-    if not math.isfinite(s.value) or not all(math.isfinite(v) for v in by_seed.values()):
-        row.state = "INCOMPLETE"  # runs without any evaluation: nothing to rank
-        return row
-    _, lo, hi = t_interval(list(by_seed.values()))
-    row.score_mean, row.ci_low, row.ci_high = s.value, lo, hi
-    row.n_seeds, row.best_lr = len(by_seed), s.best_lr
-    row.lr_sensitivity = s.sensitivity if len(s.per_lr) > 1 else None
-    row.seeds, row.seed_scores, row.per_lr = s.seeds_at_best, by_seed, s.per_lr
+    if state == RANKED:
+        s = score_runs(evaluated)
+        row.lr_sensitivity = s.sensitivity if len(s.per_lr) > 1 else None
     return row
 
 
-def _robust_by_seed(runs: list[RunResult]) -> dict[int, float]:
-    """Per seed, the mean over the sweep of min(loss, loss at init): the robust score seed by seed."""
-    by_seed: dict[int, list[float]] = {}
-    for r in runs:
-        by_seed.setdefault(int(r.seed), []).append(r.loss)
-    return {s: sum(v) / len(v) for s, v in sorted(by_seed.items())}
+def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, alpha: float | None) -> Judgement:
+    """Outcomes, the hurdle order, intervals, comparisons, P(best) and basins: fill the rows in."""
+    from .stats import Run, analyse
+
+    ranked = [r for r in rows if r.state == RANKED]
+    margin = recipe.report.margin if margin is None else margin
+    alpha = recipe.report.alpha if alpha is None else alpha
+    unigram = _unigram(recipe, [run for r in ranked for run in r.runs])
+    runs = [Run(arch=r.label, seed=int(x.seed), lr=float(x.lr), loss=x.value, diverged=bool(x.diverged),
+                init_loss=x.init_loss if x.curve else None,
+                unigram_loss=x.unigram_bpb if x.unigram_bpb is not None else unigram)
+            for r in ranked for x in r.runs if x.curve]
+    judgement = Judgement(alpha=alpha, margin=margin, unigram_bpb=unigram)
+    if not runs:
+        return judgement
+    labels = {r.label for r in ranked}
+    st = analyse(runs, against=[a for a in against if a in labels], margin=margin, alpha=alpha)
+    by_label = {r.label: r for r in ranked}
+    for a, s in st.archs.items():
+        r = by_label[a]
+        best = s.lr.best
+        r.rank, r.best_lr = s.rank, s.best_lr
+        r.score_mean, r.ci_low, r.ci_high = s.interval.mean, s.interval.ci_low, s.interval.ci_high
+        r.ci_method, r.n_seeds = s.interval.method, s.interval.n
+        r.n_failed, r.failure_rate = s.n_failed, s.failure_rate
+        r.n_stalled = best.n_stalled if best else sum(c.n_stalled for c in s.lr.cells)
+        r.failure_ci_low, r.failure_ci_high = s.failure_ci_low, s.failure_ci_high
+        r.fails_at_best_lr = s.fails_at_best_lr
+        r.p_best, r.rank_low, r.rank_high = s.p_best, s.rank_low, s.rank_high
+        r.seeds = dict(sorted(best.losses.items())) if best else {}
+        r.seed_scores = dict(r.seeds)
+        r.lr_points = [LrPoint(c.lr, c.n_runs, c.n_diverged, c.n_stalled, c.mean, *c.failure_ci) for c in s.lr.cells]
+        r.per_lr = {c.lr: c.mean for c in s.lr.cells if c.mean is not None}
+        if s.basin is not None:
+            r.lr_basin, r.lr_basin_low, r.lr_basin_high = s.basin.width, s.basin.low_lr, s.basin.high_lr
+        r.comparisons = st.comparisons_of(a)
+    fit = st.fit
+    judgement.variance_method = st.variance_method
+    judgement.n_comparisons = len(st.comparisons)
+    if fit is not None:
+        judgement.sigma, judgement.df, judgement.variance_p = fit.sigma, fit.df, fit.levene_p
+        judgement.variance_test = "Brown-Forsythe" if fit.levene_center == "median" else "Levene"
+    return judgement
+
+
+def _unigram(recipe, runs: list[RunResult]) -> float | None:
+    """The unigram loss of the training bytes for runs recorded before runs carried it (read from the
+    study's data, if it can still be read)."""
+    known = [r.unigram_bpb for r in runs if r.unigram_bpb is not None]
+    if known:
+        return known[0]
+    if not runs:
+        return None
+    try:
+        from .data import load_tokens
+
+        return load_tokens(recipe.data).unigram_bpb()
+    except Exception:  # the data moved or cannot be built here: stalls are judged by the init loss only
+        return None
+
+
+def _search_value(history: list[HistoryPoint]):
+    """The sampler's best-so-far against random order over the same evaluated placements (those with a
+    score: pruned trials and architectures whose every run failed are left out of both)."""
+    from .stats import search_value
+
+    found = [h.value for h in history if not h.is_baseline and not h.reused and h.value is not None
+             and math.isfinite(h.value)]
+    if len(found) < 2:
+        return None
+    return search_value(found)
 
 
 def _cost(trials, recipe) -> Cost:

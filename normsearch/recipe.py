@@ -1,6 +1,6 @@
 """Recipes: one YAML file that says what to search and how to score it.
 
-Sections: ``model``, ``data``, ``train``, ``space``, ``search``, ``storage`` (plus ``name``). Each is
+Sections: ``model``, ``data``, ``train``, ``space``, ``search``, ``report``, ``storage`` (plus ``name``). Each is
 read into a typed object; unknown keys are rejected with the valid ones and the file and line; any
 field can be overridden from the command line as ``--section.key value``. Torch-free.
 """
@@ -18,7 +18,7 @@ from .config import ModelConfig, from_mapping, to_mapping
 from .data import DataConfig
 from .errors import NormsearchError, unknown
 
-SECTIONS = ("name", "model", "data", "train", "space", "search", "storage", "results_dir")
+SECTIONS = ("name", "model", "data", "train", "space", "search", "report", "storage", "results_dir")
 SCALARS = ("name", "storage", "results_dir")  # top-level values given as text, never read as YAML
 
 
@@ -143,6 +143,21 @@ class SearchConfig:
 
 
 @dataclass(frozen=True)
+class ReportConfig:
+    """How the report judges (docs/statistics.md). Not part of what a run measures: changing it never
+    makes a study incomparable, and ``normsearch report`` reads it again each time."""
+
+    margin: float = 0.02  # bits/byte: "equivalent" means both one-sided tests pass within +-margin
+    alpha: float = 0.05  # familywise error of the claims (Holm) and level of the intervals
+
+    def __post_init__(self):
+        if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and self.margin > 0):
+            raise NormsearchError(f"report.margin must be a number > 0 (bits/byte), not {self.margin!r}")
+        if not 0 < self.alpha < 0.5:
+            raise NormsearchError(f"report.alpha must be in (0, 0.5), not {self.alpha!r}")
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     model: ModelConfig
@@ -154,6 +169,7 @@ class Recipe:
     results_dir: str = "results"
     source: str | None = None  # the file it came from
     raw: dict = field(default_factory=dict, compare=False)  # the resolved recipe as plain data
+    report: ReportConfig = field(default_factory=ReportConfig)
 
     @property
     def folder(self) -> Path:
@@ -182,6 +198,7 @@ class Recipe:
             "train": to_mapping(self.train),
             "space": self.space.to_dict() if self.space is not None else None,
             "search": to_mapping(self.search),
+            "report": to_mapping(self.report),
             "storage": mask_url(self.storage),
             "results_dir": self.results_dir,
         }
@@ -300,5 +317,6 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
                               f"not {results_dir!r}")
     if search.second_objective == "none" and search.sampler == "nsga2":
         raise NormsearchError("search.sampler nsga2 needs search.second_objective")
-    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source)
+    report = from_mapping(ReportConfig, raw.get("report"), "report")
+    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source, report=report)
     return replace(recipe, raw=recipe.to_dict())

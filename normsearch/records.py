@@ -76,6 +76,7 @@ class RunResult:
     torch_version: str = ""
     data_key: str = ""
     bytes_per_token: float = 1.0
+    unigram_bpb: float | None = None  # the loss of a model that learned only token frequencies (stall check)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -260,6 +260,7 @@ def train_run(
             triton_version=triton_version() if kernels == "triton" else None,
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
+            unigram_bpb=tokens.unigram_bpb(),
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = _Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,

@@ -9,7 +9,7 @@ import sys
 import optuna
 import pytest
 from rich.console import Console
-from test_ranking import ARCHS, INIT, L, build_study, final
+from test_ranking import ARCHS, L, build_study, final
 
 from normsearch.report import _plots as plots
 from normsearch.baselines import baseline
@@ -26,10 +26,11 @@ from normsearch.report import (
 from normsearch.spec import Placement
 from normsearch.report._analysis import presence
 from normsearch.errors import NormsearchError
+from normsearch.report import comparison_sentence
 from normsearch.search import StudyHandle, recipe_of
 
-PNGS = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "importance", "site_effects",
-        "history")
+PNGS = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "search_value", "importance",
+        "site_effects", "history")
 MEAN = lambda xs: sum(xs) / len(xs)
 SCORE = {"pre_ln": MEAN(final("pre_ln", 3e-3)), "peri_ln": MEAN(final("peri_ln", 3e-3)), "hybridnorm": 2.02,
          "t3": MEAN(final("t3", 3e-3)), "t4": 2.30, "t5": MEAN(final("t5", 3e-3)), "t6": 3.00}
@@ -54,9 +55,8 @@ def test_every_file_is_written(report):
 def test_markdown_has_every_column_comparison_and_notice(report):
     ranking, out = report
     md = (out / "report.md").read_text()
-    for col in ("| rank | label | sites | score (bits/byte) [95% CI] | seeds | runs | diverged | best lr | lr sens. "
-                "| params | tokens/s | kernels | arch_id |",):
-        assert col in md
+    assert ("| rank | label | sites | score (bits/byte) [95% CI] | failed | P(best) | ranks | seeds | best lr | basin "
+            "| params | tokens/s | kernels | arch_id |") in md
     assert "**The study is still running** (1 trial(s) running" in md and "trial 11 (t11" in md
     assert "A demonstration, not a scientific result" in md
     assert "**Cost**: 44 training runs, 7.3 min of training in total" in md
@@ -70,11 +70,17 @@ def test_markdown_has_every_column_comparison_and_notice(report):
         assert f"`{r.arch_id}`" in md
     assert "| - | t8 |" in md and "pruned" in md
     assert "**peri_ln** (baseline)" in md
-    # comparisons in words, with the numbers of the ranking
+    # verdicts in words, with the numbers of the ranking: the family, the noise model, each comparison
+    j = ranking.judgement
+    assert f"residual SD of {j.sigma:.4f} bits/byte with {j.df} degrees of freedom" in md
+    assert f"the {j.n_comparisons} comparisons with the baselines are one family" in md
+    t4 = ranking.row("t4").comparison("hybridnorm")
+    assert comparison_sentence(t4) in md and comparison_sentence(t4).startswith("t4 is worse than hybridnorm by 0.280")
     c = t3.comparison("peri_ln")
-    assert c.sentence("t3") in md and "t3 is 0.077 bits/byte better than peri_ln (95% CI [0.062, 0.091]" in md
-    assert "t5 vs peri_ln: within noise" in md
-    assert "**1 of 4 found placement(s) beat `peri_ln` beyond noise**: t3" in md
+    assert c.verdict == "undecided" and f"| t3 | 3 | {c.diff:+.4f} |" in md and f"| undecided | {c.seeds_needed} |" in md
+    assert "**no found placement beats `peri_ln`** under Holm (4 compared)" in md
+    assert "## Failures and learning rates" in md and "0.003: 1.9600 (1/3 failed)" in md  # hybridnorm's 3e-3
+    assert "## Did the search help?" in md
     # divergences and failures
     assert "hybridnorm: 1 of 6 runs diverged: seed 1 at lr 0.003 (step 60)." in md
     assert "trial 9 (t9): error: RuntimeError: boom" in md
@@ -90,7 +96,8 @@ def test_csv_has_the_rows_and_columns(report):
     header = list(rows[0])
     assert header[:len(CSV)] == [c.key for c in CSV]
     for a in ("peri_ln", "hybridnorm"):
-        for c in ("n", "diff", "ci_low", "ci_high", "p_value", "verdict"):
+        for c in ("n", "diff", "ci_low", "ci_high", "p_value", "p_holm", "q_bh", "p_improve", "seeds_needed",
+                  "verdict"):
             assert f"vs_{a}_{c}" in header
     assert [r["label"] for r in rows] == [r.label for r in ranking.rows]
     by = {r["label"]: r for r in rows}
@@ -98,8 +105,10 @@ def test_csv_has_the_rows_and_columns(report):
         assert float(by[label]["score_mean"]) == pytest.approx(score)
     t3 = ranking.row("t3")
     assert float(by["t3"]["ci_low"]) == pytest.approx(t3.ci_low) and by["t3"]["rank"] == "1"
-    assert by["t3"]["vs_peri_ln_verdict"] == "better"
+    assert by["t3"]["vs_peri_ln_verdict"] == "undecided" and by["t4"]["vs_peri_ln_verdict"] == "worse"
     assert float(by["t3"]["vs_peri_ln_p_value"]) == pytest.approx(t3.comparison("peri_ln").p_value)
+    assert float(by["t3"]["vs_peri_ln_p_holm"]) == pytest.approx(t3.comparison("peri_ln").p_holm)
+    assert float(by["t3"]["p_best"]) == pytest.approx(t3.p_best) and by["t3"]["n_failed"] == "0"
     assert by["peri_ln"]["vs_peri_ln_verdict"] == "" and by["t8"]["rank"] == "" and by["t8"]["state"] == "PRUNED"
     assert by["hybridnorm"]["n_diverged"] == "1" and by["hybridnorm"]["best_lr"] == "0.001"
     assert by["t5"]["kernels"] == "triton" and by["t5"]["triton_version"] == "3.2.0"
@@ -118,12 +127,17 @@ def test_json_rows_carry_the_required_fields(report):
     assert data["running"][0]["number"] == 11 and data["failures"][0]["number"] == 9
     required = {"rank", "label", "is_baseline", "arch_id", "placement", "score_mean", "ci_low", "ci_high", "n_runs",
                 "n_diverged", "best_lr", "comparisons", "sites", "lr_sensitivity", "n_params", "tokens_per_s",
-                "kernels", "triton_version"}
+                "kernels", "triton_version", "n_failed", "failure_rate", "failure_ci_low", "failure_ci_high", "p_best",
+                "rank_low", "rank_high"}
     for row in data["rows"]:
         assert required <= set(row)
     by = {r["label"]: r for r in data["rows"]}
     assert by["t3"]["rank"] == 1 and by["t3"]["score_mean"] == pytest.approx(SCORE["t3"])
-    assert by["t3"]["comparisons"][0]["against"] == "peri_ln" and by["t3"]["comparisons"][0]["verdict"] == "better"
+    c = by["t3"]["comparisons"][0]
+    assert c["against"] == "peri_ln" and c["verdict"] == "undecided" and c["seeds_needed"] >= 4
+    assert {"p_holm", "q_bh", "p_improve", "seeds_needed", "verdict"} <= set(c)
+    assert data["judgement"]["variance_method"] == ranking.judgement.variance_method
+    assert data["judgement"]["search"]["verdict"] in ("ahead", "behind", "even")
     assert by["hybridnorm"]["placement"] == baseline("hybridnorm").to_dict()
     assert set(data["plots"]) == set(PNGS)
     assert data["importance"]["evaluator"] == "PedAnovaImportanceEvaluator"
@@ -194,10 +208,14 @@ def test_figures_have_titles_labels_legends_and_the_right_data(tmp_path):
     g0, g1 = figs["grad_norm"].axes
     assert "initialisation" in g0.get_title() and "end of training" in g1.get_title()
     assert list(g0.lines[0].get_ydata()) == pytest.approx([0.5 + 0.1 * (L - i) for i in range(L)])
-    lr = figs["loss_vs_lr"].axes[0]
-    assert lr.get_xscale() == "log" and "a seed diverged here" in legend(lr)
+    lr, fail = figs["loss_vs_lr"].axes
+    assert lr.get_xscale() == "log" and fail.get_xscale() == "log"
     hyb = next(line for line in lr.lines if line.get_label() == "hybridnorm (baseline)")
-    assert list(hyb.get_ydata()) == pytest.approx([2.02, MEAN([1.95, INIT, 1.97])])
+    assert list(hyb.get_ydata()) == pytest.approx([2.02, MEAN([1.95, 1.97])])  # successful runs only
+    hyb = next(line for line in fail.lines if line.get_label() == "hybridnorm (baseline)")
+    assert list(hyb.get_ydata()) == pytest.approx([0.0, 1 / 3])
+    sv = figs["search_value"].axes[0]
+    assert list(sv.lines[0].get_ydata())[-1] == pytest.approx(SCORE["t3"])
     bars = figs["importance"].axes[0]
     assert legend(bars) == ["PedAnovaImportanceEvaluator"] and len(bars.patches) == 4
     hist = figs["history"].axes[0]
@@ -217,9 +235,9 @@ def test_plots_and_report_do_not_import_matplotlib_until_drawing():
 def test_one_seed_study_reports_no_comparison(tmp_path):
     ranking = write_report(build_study(seeds=(0,), lrs=(1e-3,)), tmp_path)
     md = (tmp_path / "report.md").read_text()
-    assert "t3 vs peri_ln: not compared (one seed)." in md
-    assert "One seed per architecture: no confidence intervals and no comparisons" in md
-    assert "better than" not in md and ranking.row("t3").ci_low is None
+    assert "One successful seed per architecture: no intervals and no comparisons" in md
+    assert "beats" not in md.split("## Against the baselines")[1].split("##")[0].replace("no found placement beats", "")
+    assert ranking.row("t3").ci_low is None and ranking.row("t3").comparison("peri_ln").verdict == "undecided"
     assert "one learning rate only" in plots.loss_vs_lr(plots.plot_rows(ranking)).axes[0].get_title()
 
 
@@ -229,7 +247,7 @@ def test_small_study_skips_importance_and_still_writes_the_rest(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "Evaluator: `PedAnovaImportanceEvaluator`: not computed: 3 ranked architecture(s) of the search space" in md
     assert not (tmp_path / "importance.png").exists() and (tmp_path / "site_effects.png").is_file()
-    assert "Not drawn (no data for them): Site importance." in md
+    assert "Not drawn (no data for them): Did the search help?, Site importance." in md  # one searched placement
 
 
 def test_empty_and_failed_only_studies_do_not_crash(tmp_path):
@@ -264,7 +282,7 @@ def test_handle_and_terminal_table(tmp_path):
 def test_robust_objective_report(tmp_path):
     write_report(build_study(), tmp_path, objective="robust")
     md = (tmp_path / "report.md").read_text()
-    assert "averaged over the whole learning-rate sweep" in md
+    assert "optimising the `robust` objective" in md and "averaged over the successful runs" in md
     assert json.loads((tmp_path / "ranking.json").read_text())["objective"] == "robust"
     assert ARCHS  # the synthetic study's table is shared with test_ranking
 

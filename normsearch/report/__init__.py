@@ -15,7 +15,8 @@ from ._analysis import (Importance, SiteEffect, best_runs, diagnostics_summary, 
                         site_effects, site_importance)
 from ._columns import COLUMNS, CSV, TABLE, UNIT
 from ._files import check_out_dir, ranking_json, write_csv, write_report
-from ._markdown import PLOT_CAPTIONS, report_markdown, score_definition
+from ._markdown import PLOT_CAPTIONS, report_markdown
+from ._verdicts import comparison_sentence, score_definition
 
 
 def ranking_table(ranking):
@@ -23,11 +24,12 @@ def ranking_table(ranking):
     from rich.markup import escape
     from rich.table import Table
 
-    title = f"{ranking.study}: {ranking.objective} validation {UNIT} (lower is better)"
+    title = f"{ranking.study}: validation {UNIT} over successful runs (lower is better; failures rank last)"
     if not ranking.finished:
         title += (f" - study not finished ({ranking.running} running, {ranking.n_trials.get('WAITING', 0)} waiting), "
                   f"ranking what is finished")
-    table = Table(title=escape(title), title_justify="left", caption="* a baseline from the papers",
+    caption = "* a baseline from the papers; failed: diverged or stalled runs at the chosen lr"
+    table = Table(title=escape(title), title_justify="left", caption=caption,
                   caption_justify="left")
     for c in TABLE:
         table.add_column(c.short or c.title, justify="right" if c.right else "left")
@@ -39,5 +41,5 @@ def ranking_table(ranking):
 __all__ = [
     "COLUMNS", "CSV", "Importance", "PLOT_CAPTIONS", "SiteEffect", "TABLE", "UNIT", "best_runs", "check_out_dir",
     "diagnostics_summary", "mean_curve", "mean_diagnostic", "ranking_json", "ranking_table", "report_markdown",
-    "score_definition", "site_effects", "site_importance", "write_csv", "write_report",
+    "comparison_sentence", "score_definition", "site_effects", "site_importance", "write_csv", "write_report",
 ]

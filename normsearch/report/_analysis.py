@@ -89,7 +89,7 @@ def site_effects(ranking: Ranking) -> list[SiteEffect]:
     architectures like any other; each architecture counts once."""
     from ..spec import SITES
 
-    rows = [r for r in ranking.ranked if r.placement]
+    rows = [r for r in ranking.ranked if r.placement and r.score_mean is not None]
     n_layers = ranking.n_layers
     if not rows or not n_layers:
         return []
@@ -134,7 +134,7 @@ def site_importance(ranking: Ranking, evaluator=None, min_architectures: int = M
     import optuna
     from optuna.distributions import CategoricalDistribution
 
-    rows = [r for r in ranking.ranked if r.params]
+    rows = [r for r in ranking.ranked if r.params and r.score_mean is not None]
     names = [n for n in ranking.param_choices if rows and all(n in r.params for r in rows)]
     constant = [n for n in names if len({r.params[n] for r in rows}) < 2]
     varying = [n for n in names if n not in constant]

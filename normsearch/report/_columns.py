@@ -19,6 +19,8 @@ def num(v, fmt="{:.4f}") -> str:
 def score_text(r: Row) -> str:
     if r.state != RANKED:
         return "pruned" if r.state == "PRUNED" else "no score"
+    if r.score_mean is None:
+        return "every run failed"
     ci = f" [{num(r.ci_low)}, {num(r.ci_high)}]" if r.ci_low is not None else ""
     return num(r.score_mean) + ci
 
@@ -70,11 +72,25 @@ COLUMNS: tuple[Column, ...] = (
     _attr("score_mean"),
     _attr("ci_low"),
     _attr("ci_high"),
+    _attr("ci_method"),
+    Column(None, "failed", text=lambda r: "-" if r.rank is None else f"{r.n_failed}/{r.n_failed + r.n_seeds}",
+           right=True),
+    _attr("n_failed"),
+    _attr("n_stalled"),
+    _attr("failure_rate"),
+    _attr("failure_ci_low"),
+    _attr("failure_ci_high"),
+    _attr("fails_at_best_lr"),
+    _attr("p_best", "P(best)", text=lambda r: num(r.p_best, "{:.2f}"), right=True),
+    Column(None, "ranks", text=lambda r: "-" if r.rank_low is None else f"{r.rank_low}-{r.rank_high}"),
+    _attr("rank_low"),
+    _attr("rank_high"),
     _attr("n_seeds", "seeds", right=True),
-    _attr("n_runs", "runs", right=True),
-    _attr("n_diverged", "diverged", "div", right=True),
+    _attr("n_runs"),
+    _attr("n_diverged"),
     _attr("best_lr", "best lr", text=lambda r: num(r.best_lr, "{:g}")),
-    _attr("lr_sensitivity", "lr sens.", text=lambda r: num(r.lr_sensitivity)),
+    _attr("lr_basin", "basin", text=lambda r: num(r.lr_basin, "{:.2f}")),
+    _attr("lr_sensitivity"),
     _attr("n_params", "params", text=lambda r: f"{r.n_params:,}", right=True),
     _attr("n_norm_params"),
     _attr("tokens_per_s", "tokens/s", "tok/s", text=lambda r: f"{r.tokens_per_s:,.0f}", right=True),
@@ -92,4 +108,5 @@ COLUMNS: tuple[Column, ...] = (
 TABLE = tuple(c for c in COLUMNS if c.title)
 #: the columns of ranking.csv, in order (comparisons follow as vs_<baseline>_<field>)
 CSV = tuple(c for c in COLUMNS if c.key)
-COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "verdict")
+COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "p_holm", "q_bh", "p_tost_holm", "p_improve",
+                     "seeds_needed", "verdict")

@@ -49,6 +49,7 @@ def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
         "missing_against": ranking.missing_against,
         "n_layers": ranking.n_layers,
         "cost": asdict(ranking.cost),
+        "judgement": _judgement(ranking),
         "rows": [r.to_dict() for r in ranking.rows],
         "diagnostics": diagnostics_summary(ranking),
         "site_effects": [asdict(e) for e in effects or []],
@@ -56,6 +57,13 @@ def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
         "plots": plots or {},
         "recipe": mask_recipe(ranking.recipe.raw) if ranking.recipe is not None else {},
     })
+
+
+def _judgement(ranking: Ranking) -> dict[str, Any]:
+    j = {k: v for k, v in ranking.judgement.__dict__.items() if k != "search"}
+    sv = ranking.judgement.search
+    j["search"] = None if sv is None else {k: getattr(v, "tolist", lambda v=v: v)() for k, v in sv.__dict__.items()}
+    return j
 
 
 def _csv(v) -> str:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ranking import Ranking, format_p
+from ..ranking import Ranking
 from ._analysis import Importance, SiteEffect, diagnostics_summary
-from ._columns import TABLE, UNIT, kernels_text, num
+from ._columns import TABLE, kernels_text, num
+from ._verdicts import (comparisons_section, judgement_lines, learning_rate_lines, score_definition, search_lines,
+                        summary_lines)
 
 SMALL_PARAMS = 10_000_000  # below these a ranking is a demonstration, not a result
 SMALL_TOKENS = 100_000_000
@@ -28,9 +30,13 @@ PLOT_CAPTIONS = {
     "attention_logits": ("Largest attention logit during training",
                          "The largest pre-softmax attention logit (over layers) at every evaluation. Without q/k "
                          "norms it can grow without bound at high learning rates (Wortsman et al. 2023)."),
-    "loss_vs_lr": ("Final loss against learning rate",
-                   "Each architecture's final validation loss at every learning rate of the sweep; a red cross marks "
-                   "a learning rate where a seed diverged. A flat curve means low learning-rate sensitivity."),
+    "loss_vs_lr": ("Loss and failures against learning rate",
+                   "Left: each architecture's mean final validation loss over its successful runs at every learning "
+                   "rate of the sweep, its basin shaded. Right: the fraction of its runs that diverged or stalled "
+                   "there."),
+    "search_value": ("Did the search help?",
+                     "The sampler's best score after k searched trials against the expected best of k random draws "
+                     "from the same evaluated placements."),
     "importance": ("Site importance",
                    "Optuna's parameter importance of the search-space choices (see Which sites matter)."),
     "site_effects": ("Mean score with minus without a norm, per site",
@@ -61,16 +67,6 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def score_definition(objective: str) -> str:
-    if objective == "robust":
-        return (f"the validation loss in {UNIT} at the end of training, averaged over the whole learning-rate sweep "
-                f"and over seeds (the `robust` objective: it punishes divergence and a narrow learning-rate basin). "
-                f"Its 95% CI is Student's t over the seeds' own sweep averages")
-    return (f"the validation loss in {UNIT} at the end of training, averaged over seeds at the architecture's best "
-            f"learning rate (the `mean` objective; the best learning rate is the one with the lowest mean among "
-            f"those where no seed diverged). Its 95% CI is Student's t over the seeds")
-
-
 def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
     rec = ranking.recipe
     model, data, train, search = rec.model, rec.data, rec.train, rec.search
@@ -99,7 +95,7 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
     if reasons:
         lines += ["> **A demonstration, not a scientific result.** At this size (" + "; ".join(reasons) + ") the "
                   "ranking shows how the tool works. Which placement wins in a small, briefly trained model often "
-                  "changes at scale, and differences inside the confidence intervals are noise.", ""]
+                  "changes at scale.", ""]
 
     lines += ["## What was measured", ""]
     lines.append(f"- **Study** `{ranking.study}`: {len(ranked)} architecture(s) ranked ({n_base} baseline(s) from "
@@ -118,9 +114,9 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
                      f"seed(s) x {n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, each "
                      f"{train.steps} steps of {train.batch_size} sequences{per_run}. Seeds: "
                      f"{', '.join(map(str, train.seeds))}.")
-    lines.append(f"- **Score** (lower is better): {score_definition(ranking.objective)}. A run that diverged counts "
-                 f"as its loss at initialisation (Wortsman et al. 2023). "
-                 + f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines.")
+    lines.append(f"- **Score** (lower is better): {score_definition()}. "
+                 + f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines, "
+                 f"optimising the `{ranking.objective}` objective.")
     second = search.second_objective
     if second and second != "none":
         lines.append(f"- This study also optimised {second} (a Pareto search); this ranking orders by the loss only.")
@@ -156,86 +152,14 @@ def _table(ranking: Ranking) -> list[str]:
               "brackets; `L0: ...; L1-3: ...` when layers differ, `F` after q/k/v: normalised over the full width "
               "instead of per head. "
               + (", ".join(f"`{t}` = {names[t]}" for t in used) + "." if used else ""),
-              "- **score**: see *Score* above; **seeds**: seeds behind it; **runs**: every (seed, learning rate) "
-              "run; **diverged**: runs that diverged (NaN or a loss far above its start).",
-              "- **best lr**: the learning rate the score is taken at; **lr sens.**: learning-rate sensitivity as "
-              "Wortsman et al. (2023) define it, the mean over the sweep of the final loss (capped at the loss at "
-              "initialisation) minus its minimum: 0 is perfectly flat, larger means a narrow basin; `-` with one "
-              "learning rate.",
+              "- **score**: see *Score* above, with its 95% interval (see *How sure*); **failed**: runs that diverged "
+              "or stalled at the chosen learning rate, out of the runs there; **P(best)** and **ranks**: the "
+              "probability of being first and the 95% interval of the rank; **seeds**: successful seeds behind the "
+              "score.",
+              "- **best lr**: the chosen learning rate; **basin**: see *Failures and learning rates*.",
               "- **params**: parameters of the model; **tokens/s**: training throughput (mean over runs that did not "
               "diverge); **kernels**: the norm implementation (torch, or fused Triton kernels with their version); "
               "**arch_id**: the network's identity (a hash of where every norm sits).", ""]
-    return lines
-
-
-def _verdict_line(ranking: Ranking, a: str) -> str:
-    """One sentence: do found placements beat baseline ``a`` beyond noise?"""
-    found = [(r, r.comparison(a)) for r in ranking.ranked if not r.is_baseline and r.comparison(a) is not None]
-    compared = [(r, c) for r, c in found if c.compared]
-    better = [(r, c) for r, c in compared if c.verdict == "better"]
-    if not found:
-        return f"No found placement has finished yet to compare with `{a}`."
-    if not compared:
-        return f"No found placement could be compared with `{a}`: {found[0][1].verdict}."
-    if better:
-        r, c = better[0]
-        return (f"**{len(better)} of {len(compared)} found placement(s) beat `{a}` beyond noise**: "
-                f"{', '.join(r.label for r, _ in better)} (the best, {r.label}, by {-c.diff:.3f} {UNIT}, "
-                f"{format_p(c.p_value)}).")
-    r, c = compared[0]
-    return (f"**No found placement beats `{a}` beyond noise** ({len(compared)} compared; the best, {r.label}, "
-            f"differs by {c.diff:+.3f} {UNIT}, {format_p(c.p_value)}: {c.verdict}).")
-
-
-def _summary(ranking: Ranking) -> list[str]:
-    ranked = ranking.ranked
-    if not ranked:
-        return []
-    best = ranked[0]
-    bases = [r for r in ranked if r.is_baseline]
-    lines = ["## In short", ""]
-    ci = f" (95% CI [{best.ci_low:.4f}, {best.ci_high:.4f}])" if best.ci_low is not None else ""
-    kind = "a baseline" if best.is_baseline else "found by the search"
-    lines.append(f"- Best architecture: **{best.label}** ({kind}, sites `{best.sites}`), "
-                 f"{best.score_mean:.4f} {UNIT}{ci}.")
-    if bases and not best.is_baseline:
-        b = bases[0]
-        lines.append(f"- Best baseline: **{b.label}**, {b.score_mean:.4f} {UNIT} (rank {b.rank}).")
-    for a in ranking.against:
-        if a not in ranking.missing_against:
-            lines.append(f"- Against `{a}`: " + _verdict_line(ranking, a))
-    if ranked and ranked[0].n_seeds < 2:
-        lines.append("- One seed per architecture: no confidence intervals and no comparisons; the order of the "
-                     "rows may be noise.")
-    return lines + [""]
-
-
-def _comparisons(ranking: Ranking) -> list[str]:
-    lines = ["## Against the baselines", ""]
-    lines.append("Each architecture is compared with a baseline on the seeds both have: the difference of their "
-                 "scores seed by seed (negative: lower loss than the baseline), the 95% CI of its mean (Student's t), "
-                 "and the p-value of a two-sided paired t-test. A difference counts only if p < 0.05; otherwise it "
-                 "is **within noise**. With one seed nothing is compared. The p-values are not corrected for "
-                 "multiple comparisons: of many comparisons, about 1 in 20 will look significant by chance.")
-    lines.append("")
-    for a in ranking.missing_against:
-        lines += [f"- `{a}` is not a finished architecture of this study: nothing is compared with it.", ""]
-    for a in ranking.against:
-        if a in ranking.missing_against:
-            continue
-        comps = [(r, r.comparison(a)) for r in ranking.ranked if r.comparison(a) is not None]
-        lines += [f"### Against `{a}`", ""]
-        lines.append(_verdict_line(ranking, a))
-        lines.append("")
-        for r, c in comps:
-            lines.append("- " + c.sentence(r.label, UNIT))
-        lines += ["", "| label | seeds | difference | 95% CI | p | verdict |", "|---|---|---|---|---|---|"]
-        for r, c in comps:
-            ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "-"
-            diff = f"{c.diff:+.4f}" if c.diff is not None else "-"
-            p = "-" if c.p_value is None else f"{c.p_value:.3g}"
-            lines.append(f"| {_md(r.label)} | {c.n} | {diff} | {ci} | {p} | {c.verdict} |")
-        lines.append("")
     return lines
 
 
@@ -355,11 +279,13 @@ def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Imp
     """``report.md``'s text. ``plots``: name -> file name (relative to the report)."""
     lines = _header(ranking, files or {})
     at = lines.index("## What was measured")
-    lines[at:at] = _summary(ranking)
+    lines[at:at] = summary_lines(ranking)
     if not ranking.rows:
         lines += ["No architecture has finished yet: nothing to rank.", ""]
     else:
-        lines += _table(ranking) + _comparisons(ranking) + _sites_section(ranking, effects, importance)
+        lines += _table(ranking) + judgement_lines(ranking) + comparisons_section(ranking)
+        lines += learning_rate_lines(ranking) + search_lines(ranking)
+        lines += _sites_section(ranking, effects, importance)
         lines += _diagnostics_section(ranking)
         lines += _plots_section(plots or {}, top)
     lines += _problems(ranking)

@@ -17,8 +17,8 @@ from ._analysis import best_runs, mean_curve, mean_diagnostic
 UNIT = "bits/byte"
 FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
 BASE_STYLE = {"linestyle": "--", "linewidth": 1.5}
-PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "importance",
-              "site_effects", "history")
+PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "search_value",
+              "importance", "site_effects", "history")
 
 
 def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
@@ -158,32 +158,47 @@ def attention_logits(rows) -> Any:
 
 
 def loss_vs_lr(rows) -> Any:
-    """Final loss against learning rate, one line per architecture; a cross marks a learning rate at
-    which at least one seed diverged (its loss counts as the loss at initialisation)."""
-    fig, (ax,) = _figure()
-    style = _style(rows)
-    drawn = False
-    diverged_shown = False
-    for r in rows:
-        if not r.per_lr:
-            continue
-        lrs = sorted(r.per_lr)
-        ax.plot(lrs, [r.per_lr[x] for x in lrs], marker="o", markersize=5, label=legend_label(r), **style[r.arch_id])
-        drawn = True
-        bad = sorted({float(x.lr) for x in r.runs if x.diverged} & set(lrs))
-        if bad:
-            ax.plot(bad, [r.per_lr[x] for x in bad], linestyle="none", marker="x", markersize=10, color="red",
-                    label=None if diverged_shown else "a seed diverged here")
-            diverged_shown = True
-    if not drawn:
+    """Side by side, per architecture: the mean loss over the successful runs against the learning
+    rate (the basin, shaded where one was fitted), and the failure rate (diverged or stalled) there."""
+    rows = [r for r in rows if r.lr_points]
+    if not rows:
         return None
-    ax.set_xscale("log")
-    n_lr = len({x for r in rows for x in r.per_lr})
-    sub = "mean over seeds; a diverged run counts as its loss at initialisation"
-    if n_lr < 2:
-        sub = "one learning rate only: no sweep to show sensitivity"
+    fig, (ax, af) = _figure(width=11.0, ncols=2)
+    style = _style(rows)
+    for r in rows:
+        pts = [p for p in r.lr_points if p.mean is not None]
+        if pts:
+            ax.plot([p.lr for p in pts], [p.mean for p in pts], marker="o", markersize=5, label=legend_label(r),
+                    **style[r.arch_id])
+        if r.lr_basin is not None:
+            ax.axvspan(r.lr_basin_low, r.lr_basin_high, color=style[r.arch_id]["color"], alpha=0.08)
+        af.plot([p.lr for p in r.lr_points], [p.n_failed / p.n_runs if p.n_runs else 0.0 for p in r.lr_points],
+                marker="o", markersize=5, label=legend_label(r), **style[r.arch_id])
+    n_lr = len({p.lr for r in rows for p in r.lr_points})
+    sub = "successful runs only; shaded: the basin" if n_lr > 1 else "one learning rate only: no sweep"
+    for a in (ax, af):
+        a.set_xscale("log")
+    af.set_ylim(-0.05, 1.05)
     _finish(ax, f"Final validation loss against learning rate\n({sub})", "peak learning rate (log)",
-            f"final validation loss ({UNIT})")
+            f"mean final validation loss ({UNIT})")
+    _finish(af, "Failure rate against learning rate\n(diverged or stalled runs)", "peak learning rate (log)",
+            "fraction of runs that failed")
+    return fig
+
+
+def search_value(sv) -> Any:
+    """The sampler's best-so-far against the expected best of as many random draws from the placements
+    it evaluated."""
+    if sv is None:
+        return None
+    import numpy as np
+
+    k = np.arange(1, len(sv.best_so_far) + 1)
+    fig, (ax,) = _figure()
+    ax.step(k, sv.best_so_far, where="post", color="C0", label="the sampler's best so far")
+    ax.plot(k, sv.expected_random, color="C7", linestyle="--", label="expected best of k random draws (same pool)")
+    _integer_x(ax)
+    _finish(ax, "Did the search help? (lower is better)", "searched trials k", f"best score so far ({UNIT})")
     return fig
 
 
@@ -269,5 +284,6 @@ def all_figures(ranking, effects=(), importances: dict[str, float] | None = None
         "importance": importance(importances or {}, evaluator),
         "site_effects": site_effects(effects),
         "history": history(ranking.history),
+        "search_value": search_value(ranking.judgement.search),
     }
     return {k: v for k, v in figs.items() if v is not None}

@@ -17,7 +17,9 @@ def old_study(tmp_path, monkeypatch):
     return tmp_path / "v1"
 
 
-def test_it_ranks_to_the_numbers_it_had(old_study, one_thread):
+def test_it_reads_the_runs_it_had(old_study, one_thread):
+    """The same rows and the same runs as before: every number the old ranking was built from is read
+    back unchanged (the statistics over them are issue 15's, so the verdicts differ by design)."""
     from normsearch.ranking import rank
 
     expected = {r["arch_id"]: r for r in json.loads((old_study / "expected_ranking.json").read_text())["rows"]}
@@ -25,16 +27,15 @@ def test_it_ranks_to_the_numbers_it_had(old_study, one_thread):
     assert {r.arch_id for r in ranking.rows} == set(expected)
     for row in ranking.rows:
         old = expected[row.arch_id]
-        assert (row.rank, row.label, row.is_baseline, row.sites, row.state) == \
-               (old["rank"], old["label"], old["is_baseline"], old["sites"], old["state"])
-        for key in ("score_mean", "ci_low", "ci_high", "best_lr", "lr_sensitivity", "tokens_per_s"):
+        assert (row.label, row.is_baseline, row.sites, row.state, row.trials) == \
+               (old["label"], old["is_baseline"], old["sites"], old["state"], old["trials"])
+        assert (row.n_runs, row.n_diverged, row.n_params) == (old["n_runs"], old["n_diverged"], old["n_params"])
+        for key in ("lr_sensitivity", "tokens_per_s", "wall_time"):
             assert getattr(row, key) == pytest.approx(old[key], rel=1e-12), key
-        assert (row.n_seeds, row.n_runs, row.n_diverged, row.n_params) == \
-               (old["n_seeds"], old["n_runs"], old["n_diverged"], old["n_params"])
-        assert {str(k): v for k, v in row.seeds.items()} == pytest.approx(old["seeds"])
-        for c in row.comparisons:
-            o = next(x for x in old["comparisons"] if x["against"] == c.against)
-            assert c.diff == pytest.approx(o["diff"]) and c.p_value == pytest.approx(o["p_value"])
+        at_best = {int(r.seed): r.loss for r in row.runs if r.lr == old["best_lr"]}
+        assert {str(k): v for k, v in at_best.items()} == pytest.approx(old["seeds"], rel=1e-12)
+        # ten steps of a tiny model end far above the unigram loss: every run counts as stalled
+        assert row.n_failed == row.n_runs and row.score_mean is None
 
 
 def test_status_reads_as_before(old_study):
@@ -72,9 +73,10 @@ def test_it_exports_the_same_network(old_study):
     from normsearch.model import build_model
     from normsearch.recipe import load_recipe
 
-    out = export("results/v1", old_study / "exp", rank=1)
+    out = export("results/v1", old_study / "exp", baseline="pre_ln")
     model = load_exported(out)
-    arch = json.loads((old_study / "expected_ranking.json").read_text())["rows"][0]
+    arch = next(r for r in json.loads((old_study / "expected_ranking.json").read_text())["rows"]
+                if r["label"] == "pre_ln")
     ref = build_model(Placement.from_dict(arch["placement"]), load_recipe("recipe_file.yaml").model)
     ref.load_state_dict(load_state_dict(old_study / "results/v1/checkpoints" / f"{arch['arch_id']}.safetensors"),
                         strict=True)
