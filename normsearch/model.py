@@ -124,6 +124,10 @@ class Residual(nn.Module):
         return h if self.gain == "none" else self.ffn_gain * h
 
 
+#: DeepNorm's beta scales these (with the value projection's rows of attn.qkv); W_q, W_k do not.
+BETA_SCALED = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")
+
+
 def is_residual_gain(name: str) -> bool:
     """Whether the parameter ``name`` is a branch gain of :class:`Residual` (kept at its init)."""
     return ".residual." in f".{name}"
@@ -281,7 +285,7 @@ class Transformer(nn.Module):
                 nn.init.normal_(p, 0.0, resid_std)
             else:
                 nn.init.normal_(p, 0.0, std)
-            if beta != 1.0 and name.endswith(("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")):
+            if beta != 1.0 and name.endswith(BETA_SCALED):
                 p.data.mul_(beta)
             elif beta != 1.0 and name.endswith("attn.qkv.weight"):
                 p.data[2 * C:].mul_(beta)  # the value projection's rows
