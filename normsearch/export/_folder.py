@@ -97,8 +97,8 @@ def norms_source(kinds: list[str]) -> str:
             raise NormsearchError(f"norm kinds {kinds} have two classes named {cls.__name__}; rename one to export")
         parts.append("\n".join(lines))
         names.append(cls.__name__)
-    table = ", ".join(f"{kind!r}: {name}" for kind, name in zip(kinds, names))
-    parts.append(f"NORM_KINDS: dict[str, type[NormKind]] = {{{table}}}")
+    table = "".join(f"\n    {kind!r}: {name}," for kind, name in zip(kinds, names))  # one line each
+    parts.append(f"NORM_KINDS: dict[str, type[NormKind]] = {{{table}\n}}")
     return "\n\n\n".join(parts) + "\n"
 
 
