@@ -1,7 +1,8 @@
 """The named placements from the papers, written in sites (see shared/design/norm-sites.md).
 
 Each baseline is a function of the norm kind (a recipe choice: the papers use both LayerNorm and
-RMSNorm), except ``dyt``, which is DyT by definition.
+RMSNorm), except ``dyt``, which is DyT by definition. An alias (``sandwich``) is another name for a
+baseline: the same placement, the same arch_id.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Baseline:
     build: Callable[[str], Placement]
     source: str
     notes: str = ""
+    alias_of: str | None = None  # the baseline this one is another name for
 
     def placement(self, kind: str = "rmsnorm") -> Placement:
         return self.build(kind).with_name(self.name)
@@ -34,6 +36,11 @@ def _baseline(name: str, source: str, notes: str = ""):
         return fn
 
     return deco
+
+
+def _alias(name: str, of: str, source: str):
+    base = BASELINES[of]
+    BASELINES[name] = Baseline(name, base.build, source, f"another name for {of} (same arch_id): {base.notes}", of)
 
 
 def _sites(kind: str, *sites: str, granularity: str | None = None) -> dict[str, NormSpec]:
@@ -111,8 +118,41 @@ def _dyt(kind):
     return Placement(_sites("dyt", "attn_in", "ffn_in"), final=NormSpec("dyt"))
 
 
+_alias("sandwich", "peri_ln", "Ding et al. 2021 (CogView), arXiv 2105.13290")
+
+
+@_baseline("gemma3", "Gemma Team 2025, arXiv 2503.19786 (Gemma 3)",
+           "Peri-LN plus per-head q/k norms (QK-norm instead of Gemma 2's logit soft-capping)")
+def _gemma3(kind):
+    block = _sites(kind, "attn_in", "q", "k", "attn_out", "ffn_in", "ffn_out", granularity="head")
+    return Placement(block, final=NormSpec(kind))
+
+
+@_baseline("lns", "Sun et al. 2025, arXiv 2502.05795 (LayerNorm Scaling, NeurIPS 2025)",
+           "pre-LN with the input norms' outputs times 1/sqrt(l), l = 1..L; no scaled init of the "
+           "residual projections, as the authors recommend")
+def _lns(kind):
+    block = {s: NormSpec(kind, depth_scale=True) for s in ("attn_in", "ffn_in")}
+    return Placement(block, final=NormSpec(kind), residual={"scaled_init": False})
+
+
+@_baseline("deepnorm", "Wang et al. 2022, arXiv 2203.00555 (DeepNet)",
+           "x = Norm(alpha x + F(x)), alpha = (2N)^(1/4); v, W_o and FFN weights initialised times "
+           "beta = (8N)^(-1/4) (decoder-only, N layers); no final norm, as post_ln")
+def _deepnorm(kind):
+    return Placement(_sites(kind, "attn_post", "ffn_post"), residual="deepnorm")
+
+
+@_baseline("gated_pre_ln", "Qiu et al. 2025, arXiv 2505.06708 (gated attention, Qwen3-Next)",
+           "pre-LN plus an elementwise sigmoid gate on the attention output, computed from the "
+           "attention's input, before W_o")
+def _gated_pre_ln(kind):
+    return Placement(_sites(kind, "attn_in", "ffn_in"), final=NormSpec(kind), gate="elementwise")
+
+
 def baselines(kind: str = "rmsnorm") -> dict[str, Placement]:
-    """Every built-in baseline with norms of ``kind`` (``dyt`` is always DyT): name -> Placement."""
+    """Every built-in baseline with norms of ``kind`` (``dyt`` is always DyT), aliases included:
+    name -> Placement."""
     if kind not in NORM_KINDS:
         raise SpecError(unknown("norm kind", kind, NORM_KINDS))
     return {name: b.placement(kind) for name, b in BASELINES.items()}

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .kernels import get_kernel, resolve_backend
 from .norms import NORM_KINDS
+from .block_options import PLAIN
 from .spec import BLOCK_SITES, SITE, NormSpec, Placement
 
 log = logging.getLogger("normsearch")
@@ -53,9 +54,11 @@ class Norm(nn.Module):
 
     present = True
 
-    def __init__(self, spec: NormSpec, dim: int, group: int | None = None, kernels: str = "torch"):
+    def __init__(self, spec: NormSpec, dim: int, group: int | None = None, kernels: str = "torch",
+                 scale: float = 1.0):
         super().__init__()
         self.spec, self.opts, self.group, self.kernels = spec, spec.opts, group, kernels
+        self.scale = scale  # a fixed factor on the output (depth_scale: 1 / sqrt(layer + 1))
         size = group or dim
         for name, (shape, init) in NORM_KINDS[spec.kind].parameters(self.opts).items():
             value = torch.full((size,) if shape == "dim" else (), float(init))
@@ -65,15 +68,19 @@ class Norm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.group:
             y = self.kernel.forward(x.unflatten(-1, (-1, self.group)), self._parameters, self.opts)
-            return y.flatten(-2)
-        return self.kernel.forward(x, self._parameters, self.opts)
+            y = y.flatten(-2)
+        else:
+            y = self.kernel.forward(x, self._parameters, self.opts)
+        return y if self.scale == 1.0 else y * self.scale
 
     def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         """(x + h, norm(x + h)), fused where the kernel can."""
-        return self.kernel.add(x, h, self._parameters, self.opts)
+        s, y = self.kernel.add(x, h, self._parameters, self.opts)
+        return s, (y if self.scale == 1.0 else y * self.scale)
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.spec.to_dict().items()) + f", kernels={self.kernels}"
+        scale = f", scale={self.scale:.4g}" if self.scale != 1.0 else ""
+        return ", ".join(f"{k}={v}" for k, v in self.spec.to_dict().items()) + f", kernels={self.kernels}{scale}"
 
 
 IDENTITY = NoNorm()  # stateless: one instance serves every call site that needs "no norm here"
@@ -83,12 +90,47 @@ def make_norm(spec: NormSpec | None, dim: int, group: int | None = None, kernels
     return NoNorm() if spec is None else Norm(spec, dim, group, kernels)
 
 
-def site_norm(site: str, spec: NormSpec | None, config: ModelConfig, kernels: str = "torch") -> nn.Module:
-    """The norm at ``site`` (an identity where ``spec`` is None), as wide as the site table says."""
+def site_norm(site: str, spec: NormSpec | None, config: ModelConfig, kernels: str = "torch",
+              layer: int = 0) -> nn.Module:
+    """The norm at ``site`` of layer ``layer`` (an identity where ``spec`` is None), as wide as the
+    site table says."""
     if spec is None:
         return NoNorm()
     width = SITE[site].features(spec, config)
-    return Norm(spec, width, group=width if SITE[site].per_head(spec) else None, kernels=kernels)
+    return Norm(spec, width, group=width if SITE[site].per_head(spec) else None, kernels=kernels,
+                scale=spec.scale(layer))
+
+
+class Residual(nn.Module):
+    """The residual connection's options (normsearch.block_options): ``stream(x)`` = alpha * x, and
+    ``attn(h)`` / ``ffn(h)`` = the branch's learnable gain times h (the identity without one)."""
+
+    def __init__(self, options: dict, dim: int):
+        super().__init__()
+        self.alpha = float(options["alpha"])
+        self.gain = options["gain"]
+        if self.gain != "none":
+            shape = (dim,) if self.gain == "vector" else ()
+            for name in ("attn_gain", "ffn_gain"):
+                self.register_parameter(name, nn.Parameter(torch.full(shape, float(options["gain_init"]))))
+
+    def stream(self, x: Tensor) -> Tensor:
+        return x if self.alpha == 1.0 else self.alpha * x
+
+    def attn(self, h: Tensor) -> Tensor:
+        return h if self.gain == "none" else self.attn_gain * h
+
+    def ffn(self, h: Tensor) -> Tensor:
+        return h if self.gain == "none" else self.ffn_gain * h
+
+
+#: DeepNorm's beta scales these (with the value projection's rows of attn.qkv); W_q, W_k do not.
+BETA_SCALED = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")
+
+
+def is_residual_gain(name: str) -> bool:
+    """Whether the parameter ``name`` is a branch gain of :class:`Residual` (kept at its init)."""
+    return ".residual." in f".{name}"
 
 
 def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module = IDENTITY) -> tuple[Tensor, Tensor]:
@@ -120,12 +162,16 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    """Causal self-attention; ``gate`` (``head`` or ``elementwise``) multiplies SDPA's output by
+    sigmoid(x W_g), x the attention's input, one gate per head or per channel (Qiu et al.)."""
+
+    def __init__(self, config: ModelConfig, gate: str = "none"):
         super().__init__()
         C = config.d_model
         self.n_heads, self.head_dim, self.dropout = config.n_heads, config.head_dim, config.dropout
         self.qkv = nn.Linear(C, 3 * C, bias=False)
         self.out = nn.Linear(C, C, bias=False)
+        self.gate = None if gate == "none" else nn.Linear(C, C if gate == "elementwise" else self.n_heads, bias=False)
         self.max_logit: Tensor | None = None  # set during probe_attention()
         self.probe = False
 
@@ -140,6 +186,8 @@ class Attention(nn.Module):
             self.max_logit = max_attention_logit(q, k)
         drop = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        if self.gate is not None:  # [gate] on SDPA's output, before W_o
+            y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1).transpose(1, 2)
         return F.dropout(self.out(y.transpose(1, 2).reshape(B, T, C)), drop, self.training)
 
 
@@ -171,21 +219,27 @@ class FFN(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, sites: dict[str, NormSpec], config: ModelConfig, kernels: str = "torch"):
+    """Layer ``layer`` (0-based) of the model: its sites' norms, the residual options and the gate
+    (model-wide; see normsearch.block_options)."""
+
+    def __init__(self, sites: dict[str, NormSpec], config: ModelConfig, kernels: str = "torch", layer: int = 0,
+                 residual: dict | None = None, gate: str = "none"):
         super().__init__()
-        self.norms = nn.ModuleDict({name: site_norm(name, sites.get(name), config, kernels) for name in BLOCK_SITES})
-        self.attn = Attention(config)
+        self.norms = nn.ModuleDict({name: site_norm(name, sites.get(name), config, kernels, layer)
+                                    for name in BLOCK_SITES})
+        self.attn = Attention(config, gate)
         self.ffn = FFN(config)
+        self.residual = Residual(PLAIN if residual is None else residual, config.d_model)
 
     def forward(self, x: Tensor, rope=None) -> Tensor:
-        n = self.norms
+        n, r = self.norms, self.residual
         h = n.attn_in(x)                                  # [attn_in]
-        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] inside, before RoPE
-        h = n.attn_out(h)                                 # [attn_out]
-        x, h = add_norm(x, h, n.attn_post, n.ffn_in)      # x = [attn_post](x + h); h = [ffn_in](x)
+        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] before RoPE; the gate on SDPA's output
+        h = r.attn(n.attn_out(h))                         # [attn_out], then the branch gain
+        x, h = add_norm(r.stream(x), h, n.attn_post, n.ffn_in)  # x = [attn_post](alpha x + h); h = [ffn_in](x)
         h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
-        h = n.ffn_out(h)                                  # [ffn_out]
-        x, _ = add_norm(x, h, n.ffn_post)                 # x = [ffn_post](x + h)
+        h = r.ffn(n.ffn_out(h))                           # [ffn_out], then the branch gain
+        x, _ = add_norm(r.stream(x), h, n.ffn_post)       # x = [ffn_post](alpha x + h)
         return x
 
 
@@ -205,8 +259,9 @@ class Transformer(nn.Module):
             "embed": site_norm("embed", self.resolved.embed, config, kernels),
             "final": site_norm("final", self.resolved.final, config, kernels),
         })  # fmt: skip
+        r = self.resolved
         self.blocks = nn.ModuleList(
-            Block(self.resolved.block(i), config, kernels) for i in range(config.n_layers)
+            Block(r.block(i), config, kernels, i, r.residual, r.gate) for i in range(config.n_layers)
         )
         self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -215,16 +270,25 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        cfg = self.config
+        """N(0, std); the residual projections N(0, std / sqrt(2 n_layers)) under init gpt unless
+        the residual's scaled_init is off; then the value projection, W_o and the FFN's weights
+        times the residual's beta (DeepNorm). Norms and branch gains keep their initial values."""
+        cfg, res = self.config, self.resolved.residual
         std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * cfg.d_model))
-        resid_std = std / math.sqrt(2 * cfg.n_layers) if cfg.init == "gpt" else std
+        scaled = cfg.init == "gpt" and res["scaled_init"]
+        resid_std = std / math.sqrt(2 * cfg.n_layers) if scaled else std
+        beta, C = res["beta"], cfg.d_model
         for name, p in self.named_parameters():
-            if is_norm_parameter(name):
+            if is_norm_parameter(name) or is_residual_gain(name):
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
             if name.endswith(("attn.out.weight", "ffn.down.weight")):
                 nn.init.normal_(p, 0.0, resid_std)
             else:
                 nn.init.normal_(p, 0.0, std)
+            if beta != 1.0 and name.endswith(BETA_SCALED):
+                p.data.mul_(beta)
+            elif beta != 1.0 and name.endswith("attn.qkv.weight"):
+                p.data[2 * C:].mul_(beta)  # the value projection's rows
 
     def rope(self, T: int, device, dtype=torch.float32) -> tuple[Tensor, Tensor] | None:
         """The rotary tables for T positions in ``dtype`` promoted to at least float32 (cached;

@@ -147,3 +147,85 @@ class DyT(NormKind):
         if p.get("bias") is not None:
             y = y + p["bias"]
         return y
+
+
+@register_norm
+class Derf(NormKind):
+    """Dynamic erf: gain * erf(alpha * x + shift) + bias, alpha and shift learnable scalars (Chen et
+    al. 2025). As the authors' code (zlab-princeton/Derf, ``Dynamic_erf``): ``torch.erf`` itself,
+    shift initialised at 0; their language-model runs start alpha at 1.0 (their class default, used
+    for vision, is 0.5). Their GPT-2 patch also multiplies the embeddings by a learnable scalar
+    initialised at sqrt(d_model); that is a change to the model, not to the norm, and is left out.
+    A point-wise kind: no statistics over the features. Runs on torch only (no Triton kernel)."""
+
+    name = "derf"
+    options = {"alpha_init": 1.0, "shift_init": 0.0, "gain": True, "bias": True}
+    source = "Chen et al. 2025, arXiv 2512.10938"
+
+    @staticmethod
+    def parameters(o):
+        p = {"alpha": ("scalar", float(o["alpha_init"])), "shift": ("scalar", float(o["shift_init"]))}
+        if o["gain"]:
+            p["weight"] = ("dim", 1.0)
+        if o["bias"]:
+            p["bias"] = ("dim", 0.0)
+        return p
+
+    @staticmethod
+    def forward(x, p, o):
+        import torch
+
+        y = torch.erf(p["alpha"] * x + p["shift"])
+        if p.get("weight") is not None:
+            y = y * p["weight"]
+        if p.get("bias") is not None:
+            y = y + p["bias"]
+        return y
+
+
+@register_norm
+class SeeDNorm(NormKind):
+    """Self-rescaled dynamic normalisation: [alpha * tanh(x . beta) + gamma] * x / RMS(x), with
+    RMS(x) = sqrt(mean(x^2) + eps) and alpha, beta, gamma learnable vectors over the features; x .
+    beta is one number per row, so the gain depends on the input (Cai et al. 2025, eq. 1). The
+    authors' code is not public. gamma starts at 1 and beta at 0, so the norm starts as RMSNorm;
+    alpha starts at 1 so that beta gets a gradient (with alpha = beta = 0 neither would). Runs on
+    torch only (no Triton kernel)."""
+
+    name = "seednorm"
+    options = {"eps": 1e-5, "alpha_init": 1.0, "beta_init": 0.0}
+    source = "Cai et al. 2025, arXiv 2510.22777"
+
+    @staticmethod
+    def parameters(o):
+        return {"weight": ("dim", 1.0), "alpha": ("dim", float(o["alpha_init"])),
+                "beta": ("dim", float(o["beta_init"]))}
+
+    @staticmethod
+    def forward(x, p, o):
+        import torch
+        import torch.nn.functional as F
+
+        dynamic = torch.tanh((x * p["beta"]).sum(-1, keepdim=True)) * p["alpha"]
+        return F.rms_norm(x, x.shape[-1:], None, o["eps"]) * (dynamic + p["weight"])
+
+
+@register_norm
+class SingleScaleRMSNorm(NormKind):
+    """Single-scale RMSNorm ("SSNorm"): gain * x / sqrt(mean(x^2) + eps) with one learnable scalar
+    gain, initialised at 1, instead of one per feature (Park et al. 2025, the norm of Outlier-Safe
+    Pre-Training). Runs on torch only (no Triton kernel)."""
+
+    name = "ssnorm"
+    options = {"eps": 1e-5}
+    source = "Park et al. 2025, arXiv 2506.19697 (ACL 2025)"
+
+    @staticmethod
+    def parameters(o):
+        return {"weight": ("scalar", 1.0)}
+
+    @staticmethod
+    def forward(x, p, o):
+        import torch.nn.functional as F
+
+        return p["weight"] * F.rms_norm(x, x.shape[-1:], None, o["eps"])

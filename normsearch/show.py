@@ -4,6 +4,7 @@ Torch-free, so ``normsearch show`` answers at once."""
 from __future__ import annotations
 
 from .config import ModelConfig
+from .block_options import PLAIN
 from .norms import NORM_KINDS
 from .spec import RESIDUAL_ADD, SITE, SITE_TABLE, NormSpec, Placement, ResolvedPlacement, layer_span
 
@@ -31,7 +32,24 @@ def _label(spec: NormSpec | None) -> str:
     extra = {k: v for k, v in spec.opts.items() if NORM_KINDS[spec.kind].options[k] != v}
     if extra:
         text += " (" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()) + ")"
+    if spec.depth_scale:
+        text += " x 1/sqrt(layer + 1)"
     return text
+
+
+def options_lines(r: ResolvedPlacement) -> list[str]:
+    """The block options in words (none: no lines)."""
+    lines = []
+    if r.gate != "none":
+        per = "one per head" if r.gate == "head" else "one per channel"
+        lines.append(f"gate:     SDPA output x sigmoid(x W_g) before W_o, {per} ({r.gate})")
+    res = r.residual
+    if res != PLAIN:
+        gain = "no gain" if res["gain"] == "none" else f"{res['gain']} gain from {res['gain_init']:g}"
+        init = "scaled init of W_o, W_down" if res["scaled_init"] else "no scaled init"
+        lines.append(f"residual: x = [post]({res['alpha']:.4g} x + g f(x)); {gain}; v, W_o, FFN init "
+                     f"x {res['beta']:.4g}; {init}")
+    return lines
 
 
 _RESIDUAL = "x ──┬──────────────────────────────┐ residual"
@@ -74,6 +92,7 @@ def show_text(placement: Placement, config: ModelConfig, source: str | None = No
     ]
     if source:
         lines.append(f"source:  {source}")
+    lines += options_lines(r)
     lines += ["", f"embed  {_label(r.embed)}"]
     for layers, block in r.groups():
         lines.append(f"layer{'s' if len(layers) > 1 else ''} {layer_span(layers)}:")

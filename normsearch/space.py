@@ -5,8 +5,15 @@ kind) or a kind name. It can tie sites to one choice (``tie: [[q, k]]``), share 
 sites or search it (``kind: [layernorm, rmsnorm]``), choose q/k/v granularity, and make chosen
 sites depth-dependent (``depth: {ranges: [[0, 0.25], [0.25, 1]], sites: [...]}``). Torch-free.
 
+Block options are searched too (``options:``): ``depth_scale: [off, on]`` (LayerNorm Scaling's
+1/sqrt(l) on the input norms ``attn_in`` and ``ffn_in`` where they are present, and, as its authors
+recommend, no scaled init of the residual projections), ``residual:`` a list
+of presets (``plain``, ``deepnorm``, ``rezero``, ``layerscale``) and ``gate: [none, head,
+elementwise]``; see normsearch.block_options.
+
 Each choice becomes one Optuna categorical parameter with a stable name (``site.attn_in``,
-``site.q+k``, ``site.ffn_post@1`` for depth range 1, ``kind``, ``gran.q``), so importance is per site.
+``site.q+k``, ``site.ffn_post@1`` for depth range 1, ``kind``, ``gran.q``, ``opt.gate``), so
+importance is per site and per option.
 
     kind: rmsnorm
     sites:
@@ -25,12 +32,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import _yaml
+from .block_options import GATES, RESIDUAL_PRESETS, Residual
 from .errors import NormsearchError, unknown
 from .norms import NORM_KINDS
 from .spec import BLOCK_SITES, GRANULARITIES, MODEL_SITES, QKV_SITES, SITES, NormSpec, Placement, fraction_layers
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-_KEYS = ("description", "kind", "sites", "tie", "granularity", "depth")
+_KEYS = ("description", "kind", "sites", "tie", "granularity", "depth", "options")
+#: The searchable block options and their allowed choices (the first listed in a space is its default).
+OPTIONS = {"depth_scale": ("off", "on"), "residual": tuple(RESIDUAL_PRESETS), "gate": GATES}
+#: The sites LayerNorm Scaling scales (its paper's pre-norms).
+DEPTH_SCALE_SITES = ("attn_in", "ffn_in")
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,11 @@ class SearchSpace:
     ranges: tuple[tuple[float, float], ...] = ()
     description: str = ""
     source: str | None = None
+    options: tuple[tuple[str, tuple[str, ...]], ...] = ()  # block option -> its choices
+
+    def _option(self, values: Mapping[str, str], name: str) -> str:
+        choices = dict(self.options).get(name, OPTIONS[name][:1])
+        return values.get(f"opt.{name}", choices[0])
 
     # -- the choices -------------------------------------------------------------------------------
 
@@ -62,11 +79,15 @@ class SearchSpace:
         for site, grans in self.granularity:
             if len(grans) > 1:
                 out[f"gran.{site}"] = grans
+        for name, choices in self.options:
+            if len(choices) > 1:
+                out[f"opt.{name}"] = choices
         return out
 
     def size(self) -> int:
         """The number of distinct parameter combinations (an upper bound on distinct networks)."""
         n = math.prod(len(p.choices) for p in self.params) * len(self.kinds)
+        n *= math.prod(len(c) for _, c in self.options)
         # granularity only matters where its site has a norm; count it as a full factor (upper bound)
         return n * math.prod(len(g) for _, g in self.granularity)
 
@@ -78,6 +99,9 @@ class SearchSpace:
         for site, grans in self.granularity:
             if len(grans) > 1 and self._site_used(site, values):
                 values[f"gran.{site}"] = trial.suggest_categorical(f"gran.{site}", list(grans))
+        for name, choices in self.options:
+            if len(choices) > 1:
+                values[f"opt.{name}"] = trial.suggest_categorical(f"opt.{name}", list(choices))
         return self.placement(values)
 
     def _site_used(self, site: str, values: Mapping[str, str]) -> bool:
@@ -87,12 +111,13 @@ class SearchSpace:
         """The placement that a set of parameter values stands for."""
         kind = values.get("kind", self.kinds[0])
         grans = dict(self.granularity)
+        depth = self._option(values, "depth_scale") == "on"
 
         def spec(site: str, choice: str) -> NormSpec | None:
             if choice == "none":
                 return None
             g = values.get(f"gran.{site}", grans[site][0]) if site in QKV_SITES else None
-            return NormSpec(kind if choice == "norm" else choice, g)
+            return NormSpec(kind if choice == "norm" else choice, g, depth_scale=depth and site in DEPTH_SCALE_SITES)
 
         block: dict[str, NormSpec] = {}
         model: dict[str, NormSpec | None] = {"embed": None, "final": None}
@@ -111,7 +136,9 @@ class SearchSpace:
             for r, sites in zip(self.ranges, per_range)
             if sites
         ]
-        return Placement(block, embed=model["embed"], final=model["final"], overrides=overrides)
+        residual = _residual(self._option(values, "residual"), depth)
+        return Placement(block, embed=model["embed"], final=model["final"], overrides=overrides,
+                         residual=residual, gate=self._option(values, "gate"))
 
     def params_of(self, placement: Placement, n_layers: int) -> dict[str, str] | None:
         """Parameter values that give ``placement``'s network, or None if the space cannot express
@@ -124,6 +151,8 @@ class SearchSpace:
         values: dict[str, str] = {}
         if len(self.kinds) > 1:
             values["kind"] = shared
+        if not self._options_of(r, n_layers, values):
+            return None
         for p in self.params:
             site = p.sites[0]
             if site in MODEL_SITES:
@@ -157,6 +186,24 @@ class SearchSpace:
             return None
         return values if ok else None
 
+    def _options_of(self, r, n_layers: int, values: dict[str, str]) -> bool:
+        """Fill ``values`` with the block options of the resolved placement ``r``; False when the
+        space cannot express them."""
+        opts = dict(self.options)
+        scaled = any(s.depth_scale for b in r.blocks for _, s in b)
+        # depth_scale on also drops the scaled init, so without a scaled norm the residual tells
+        pairs = [(d, c) for d in (("on",) if scaled else ("off", "on")) for c in opts.get("residual", ("plain",))
+                 if _residual(c, d == "on").resolve(n_layers) == r.residual]
+        depth, preset = pairs[0] if pairs else (None, None)
+        found = {"depth_scale": depth, "residual": preset, "gate": r.gate}
+        for name, value in found.items():
+            choices = dict(self.options).get(name, OPTIONS[name][:1])
+            if value not in choices:
+                return False
+            if len(choices) > 1:
+                values[f"opt.{name}"] = value
+        return True
+
     def _range_layers(self, i: int, n_layers: int) -> list[int]:
         return fraction_layers(*self.ranges[i], n_layers)
 
@@ -182,8 +229,9 @@ class SearchSpace:
 
     def grid(self):
         """Every parameter combination (for exhaustive search), conditional granularity included."""
-        names = [p.name for p in self.params] + (["kind"] if len(self.kinds) > 1 else [])
-        choices = [p.choices for p in self.params] + ([self.kinds] if len(self.kinds) > 1 else [])
+        axes = [(p.name, p.choices) for p in self.params] + ([("kind", self.kinds)] if len(self.kinds) > 1 else [])
+        axes += [(f"opt.{n}", c) for n, c in self.options if len(c) > 1]
+        names, choices = [n for n, _ in axes], [c for _, c in axes]
         for combo in itertools.product(*choices):
             values = dict(zip(names, combo))
             open_grans = [(s, g) for s, g in self.granularity if len(g) > 1 and self._site_used(s, values)]
@@ -202,6 +250,8 @@ class SearchSpace:
         if tied:
             d["tie"] = tied
         d["granularity"] = {s: (g[0] if len(g) == 1 else list(g)) for s, g in self.granularity}
+        if self.options:
+            d["options"] = {n: list(c) for n, c in self.options}
         if self.ranges:
             d["depth"] = {"ranges": [list(r) for r in self.ranges],
                           "sites": sorted({s for p in self.params if p.depth_range is not None for s in p.sites},
@@ -310,7 +360,42 @@ def parse_space(d: Any, default_kind: str = "rmsnorm", source: str | None = None
         else:
             params.append(Param(name, group, sites[site]))
     description = str(d.get("description") or "")
-    return SearchSpace(tuple(params), kinds, tuple(granularity), ranges, description, source)
+    options = _options(d.get("options"), _yaml.where(d, "options"))
+    return SearchSpace(tuple(params), kinds, tuple(granularity), ranges, description, source, options)
+
+
+def _residual(preset: str, depth_scale: bool) -> Residual:
+    """A residual preset; with LayerNorm Scaling, without the scaled init (as its authors advise)."""
+    options = dict(RESIDUAL_PRESETS[preset])
+    if depth_scale:
+        options["scaled_init"] = False
+    return Residual.parse(options)
+
+
+def _options(raw: Any, at: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``options: {depth_scale: [off, on], residual: [plain, deepnorm], gate: [none, head]}``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise NormsearchError(f"{at}space options: a mapping of option -> list of choices ({', '.join(OPTIONS)})")
+    out = []
+    for name, value in raw.items():
+        if name not in OPTIONS:
+            raise NormsearchError(f"{_yaml.where(raw, name) or at}space options: {unknown('option', name, OPTIONS)}")
+        items = value if isinstance(value, list) else [value]
+        choices = []
+        for c in items:
+            if c is True or c is False or c is None:  # YAML reads on/off/true/false as booleans
+                c = {True: "on", False: "off", None: "none"}[c]
+            if c not in OPTIONS[name]:
+                raise NormsearchError(f"{_yaml.where(raw, name) or at}space options.{name}: "
+                                      f"{unknown('choice', c, OPTIONS[name])}")
+            if c not in choices:
+                choices.append(c)
+        if not choices:
+            raise NormsearchError(f"{at}space options.{name}: at least one choice")
+        out.append((name, tuple(choices)))
+    return tuple(sorted(out, key=lambda o: list(OPTIONS).index(o[0])))
 
 
 def load_space(value: Any, base: Path | None = None, default_kind: str = "rmsnorm") -> SearchSpace:

@@ -18,9 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._layers import LayerSelector, fraction_layers, layer_span
 from ._yaml import where
+from .block_options import PLAIN, Residual, describe_options, parse_gate
 from .errors import SpecError, unknown
 from .norms import NORM_KINDS
+
+__all__ = ["LayerSelector", "fraction_layers", "layer_span"]  # re-exported from ._layers
 
 D_MODEL, FFN_DIM, PROJECTION = "d_model", "ffn_dim", "head_dim or d_model"  # the width rules
 RESIDUAL_ADD = "(+)"
@@ -87,7 +91,10 @@ SITE_ABBREV = {name: SITE[name].abbrev for name in (*BLOCK_SITES, *MODEL_SITES)}
 class NormSpec:
     """A norm at one site: its kind (a key of ``NORM_KINDS``), the kind's options with defaults
     filled in, and for q/k/v sites the granularity (``head``: over head_dim, shared by the heads;
-    ``full``: over the whole projection width).
+    ``full``: over the whole projection width). ``depth_scale`` (block sites only) multiplies the
+    norm's output in layer l (0-based) by 1 / sqrt(l + 1): LayerNorm Scaling (Sun et al., arXiv
+    2502.05795, whose code scales by 1 / sqrt(layer_index + 1)); written only when true, so specs
+    without it keep their arch_id.
 
     ``NormSpec("rmsnorm", eps=1e-6)``; options a kind does not have are rejected.
     """
@@ -95,8 +102,9 @@ class NormSpec:
     kind: str
     options: tuple[tuple[str, Any], ...] = ()
     granularity: str | None = None
+    depth_scale: bool = False
 
-    def __init__(self, kind: str, granularity: str | None = None, **options: Any):
+    def __init__(self, kind: str, granularity: str | None = None, *, depth_scale: bool = False, **options: Any):
         if kind not in NORM_KINDS:
             raise SpecError(unknown("norm kind", kind, NORM_KINDS))
         defaults = NORM_KINDS[kind].options
@@ -121,20 +129,30 @@ class NormSpec:
             canon.append((key, value))
         if granularity is not None and granularity not in GRANULARITIES:
             raise SpecError(unknown("granularity", granularity, GRANULARITIES))
+        if not isinstance(depth_scale, bool):
+            raise SpecError(f"depth_scale must be true or false, not {depth_scale!r}")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "options", tuple(canon))
         object.__setattr__(self, "granularity", granularity)
+        object.__setattr__(self, "depth_scale", depth_scale)
 
     @property
     def opts(self) -> dict[str, Any]:
         return dict(self.options)
 
+    def scale(self, layer: int) -> float:
+        """The factor on this norm's output in layer ``layer`` (0-based): 1 / sqrt(layer + 1) with
+        ``depth_scale``, else 1."""
+        return 1.0 / math.sqrt(layer + 1) if self.depth_scale else 1.0
+
     def at(self, site: str) -> NormSpec:
         """This spec placed at ``site``: q/k/v get a granularity (``head`` unless set); any other
-        site must not have one."""
+        site must not have one; embed and final have no layer, so no depth_scale."""
+        if self.depth_scale and site in MODEL_SITES:
+            raise SpecError(f"depth_scale is for the block's sites, not {site!r} (it has no layer index)")
         if site in QKV_SITES:
             if self.granularity is None:
-                return NormSpec(self.kind, "head", **self.opts)
+                return NormSpec(self.kind, "head", depth_scale=self.depth_scale, **self.opts)
             return self
         if self.granularity is not None:
             raise SpecError(
@@ -146,6 +164,8 @@ class NormSpec:
         d: dict[str, Any] = {"kind": self.kind, **self.opts}
         if self.granularity is not None:
             d["granularity"] = self.granularity
+        if self.depth_scale:
+            d["depth_scale"] = True
         return d
 
     @classmethod
@@ -159,6 +179,8 @@ class NormSpec:
             if value is True:
                 if default is None:
                     raise SpecError(f"site {site!r} is `true` but the placement has no default `norm`")
+                if site in MODEL_SITES and default.depth_scale:
+                    default = NormSpec(default.kind, default.granularity, **default.opts)
                 return default.at(site)
             if isinstance(value, str):
                 return cls(value).at(site)
@@ -167,13 +189,15 @@ class NormSpec:
             if isinstance(value, Mapping):
                 d = dict(value)
                 kind = d.pop("kind", None)
+                depth = False
                 if kind is None:
                     if default is None:
                         raise SpecError(f"site {site!r} needs a `kind` ({', '.join(NORM_KINDS)})")
-                    kind, base = default.kind, default.opts
+                    kind, base, depth = default.kind, default.opts, default.depth_scale
                     d = {**base, **d}
                 gran = d.pop("granularity", None)
-                return cls(kind, gran, **d).at(site)
+                depth = d.pop("depth_scale", depth)
+                return cls(kind, gran, depth_scale=depth, **d).at(site)
             raise SpecError(
                 f"site {site!r}: expected a norm kind, a mapping or null, not {value!r}"
             )
@@ -209,104 +233,6 @@ def _block_dict(block: Block) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------------
 # Per-layer overrides
-
-
-_RULES = ("index", "first", "last", "fraction", "every")
-
-
-@dataclass(frozen=True)
-class LayerSelector:
-    """Which layers an override addresses: ``{index: [0, 5]}``, ``{first: k}``, ``{last: k}``,
-    ``{fraction: [a, b]}`` (layers i with floor(a L) <= i < floor(b L)), ``{every: n, offset: o}``.
-    Shorthands: an int or a list of ints means ``index``."""
-
-    rule: str
-    value: Any
-    offset: int = 0
-
-    @classmethod
-    def parse(cls, value: Any, ctx: str = "") -> LayerSelector:
-        if isinstance(value, LayerSelector):
-            return value
-        if isinstance(value, bool):
-            raise SpecError(f"{ctx}layers: expected an index, a list or a rule, not {value!r}")
-        if isinstance(value, int) or (isinstance(value, list) and value):
-            value = {"index": value}
-        if not isinstance(value, Mapping) or not value:
-            raise SpecError(f"{ctx}layers: expected an index, a list of indices or one of "
-                            f"{{{', '.join(_RULES)}}}, not {value!r}")
-        d = dict(value)
-        offset = d.pop("offset", 0)
-        if len(d) != 1:
-            raise SpecError(f"{ctx}layers: give exactly one rule of {', '.join(_RULES)}; got {list(value)}")
-        (rule, v), = d.items()
-        if rule not in _RULES:
-            raise SpecError(f"{ctx}layers: {unknown('rule', rule, _RULES)}")
-        if offset and rule != "every":
-            raise SpecError(f"{ctx}layers: offset only goes with every")
-
-        def _int(x, lo):
-            if isinstance(x, bool) or not isinstance(x, int) or x < lo:
-                raise SpecError(f"{ctx}layers.{rule}: expected an integer >= {lo}, not {x!r}")
-            return x
-
-        if rule == "index":
-            items = v if isinstance(v, list) else [v]
-            if not items:
-                raise SpecError(f"{ctx}layers.index: empty list")
-            for x in items:
-                if isinstance(x, bool) or not isinstance(x, int):
-                    raise SpecError(f"{ctx}layers.index: expected integers, not {x!r}")
-            v = tuple(sorted(set(items)))
-        elif rule in ("first", "last"):
-            v = _int(v, 1)
-        elif rule == "every":
-            v = _int(v, 1)
-            offset = _int(offset, 0)
-        else:  # fraction
-            ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v
-            )
-            if not ok or not 0 <= v[0] <= v[1] <= 1:
-                raise SpecError(f"{ctx}layers.fraction: expected [start, end] with 0 <= start <= end <= 1, not {v!r}")
-            v = (float(v[0]), float(v[1]))
-        return cls(rule, v, offset)
-
-    def layers(self, n_layers: int) -> list[int]:
-        L = n_layers
-        if self.rule == "index":
-            for i in self.value:
-                if not -L <= i < L:
-                    raise SpecError(f"override addresses layer {i}, but the model has {L} layers (0..{L - 1})")
-            return sorted({i % L for i in self.value})
-        if self.rule in ("first", "last"):
-            k = self.value
-            if k > L:
-                raise SpecError(f"override addresses the {self.rule} {k} layers, but the model has {L}")
-            return list(range(k)) if self.rule == "first" else list(range(L - k, L))
-        if self.rule == "every":
-            if self.offset >= L:
-                raise SpecError(f"override starts at layer {self.offset}, but the model has {L} layers")
-            return list(range(self.offset, L, self.value))
-        return fraction_layers(*self.value, L)
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.rule == "index":
-            return {"index": list(self.value)}
-        if self.rule == "fraction":
-            return {"fraction": list(self.value)}
-        if self.rule == "every" and self.offset:
-            return {"every": self.value, "offset": self.offset}
-        return {self.rule: self.value}
-
-    def describe(self) -> str:
-        if self.rule == "index":
-            return "layer" + ("s " if len(self.value) > 1 else " ") + ",".join(map(str, self.value))
-        if self.rule == "fraction":
-            return f"layers in [{self.value[0]:g}L, {self.value[1]:g}L)"
-        if self.rule == "every":
-            return f"every {self.value}th layer from {self.offset}"
-        return f"{self.rule} {self.value} layers"
 
 
 @dataclass(frozen=True)
@@ -362,7 +288,7 @@ class Override:
 # The placement
 
 
-_TOP_KEYS = ("name", "norm", "embed", "block", "final", "overrides")
+_TOP_KEYS = ("name", "norm", "embed", "block", "final", "overrides", "residual", "gate")
 
 
 @dataclass(frozen=True)
@@ -371,7 +297,8 @@ class Placement:
 
     >>> Placement(block={"attn_in": "rmsnorm", "ffn_in": "rmsnorm"}, final="rmsnorm")  # pre-LN
 
-    ``name`` is a label (a baseline's name); it is not part of the architecture.
+    ``name`` is a label (a baseline's name); it is not part of the architecture. ``residual`` and
+    ``gate`` are the block options of :mod:`normsearch.block_options` (model-wide).
     """
 
     block: Block = ()
@@ -379,6 +306,8 @@ class Placement:
     final: NormSpec | None = None
     overrides: tuple[Override, ...] = ()
     name: str | None = field(default=None, compare=False)
+    residual: Residual = Residual()
+    gate: str = "none"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)
@@ -386,6 +315,8 @@ class Placement:
         set_("embed", NormSpec.parse(self.embed, "embed"))
         set_("final", NormSpec.parse(self.final, "final"))
         set_("overrides", tuple(Override.parse(o, None) for o in self.overrides))
+        set_("residual", Residual.parse(self.residual))
+        set_("gate", parse_gate(self.gate))
 
     # -- canonical form ----------------------------------------------------------------------------
 
@@ -398,6 +329,10 @@ class Placement:
         d["final"] = self.final.to_dict() if self.final else None
         if self.overrides:
             d["overrides"] = [o.to_dict() for o in self.overrides]
+        if self.residual.to_dict():
+            d["residual"] = self.residual.to_dict()
+        if self.gate != "none":
+            d["gate"] = self.gate
         return d
 
     @classmethod
@@ -426,6 +361,8 @@ class Placement:
             final=NormSpec.parse(d.get("final"), "final", default, ctx=where(d, "final")),
             overrides=tuple(Override.parse(o, default, where(d, "overrides")) for o in overrides),
             name=None if label is None else str(label),
+            residual=Residual.parse(d.get("residual"), where(d, "residual")),
+            gate=parse_gate(d.get("gate"), where(d, "gate")),
         )
 
     def to_yaml(self) -> str:
@@ -451,7 +388,7 @@ class Placement:
         return cls.from_dict(data)
 
     def with_name(self, name: str | None) -> Placement:
-        return Placement(self.block, self.embed, self.final, self.overrides, name)
+        return Placement(self.block, self.embed, self.final, self.overrides, name, self.residual, self.gate)
 
     # -- resolution ----------------------------------------------------------------------------------
 
@@ -466,6 +403,8 @@ class Placement:
             embed=self.embed,
             blocks=tuple(tuple((s, b[s]) for s in BLOCK_SITES if s in b) for b in blocks),
             final=self.final,
+            residual=self.residual.resolve(n_layers),
+            gate=self.gate,
         )
 
     def arch_id(self, n_layers: int) -> str:
@@ -484,6 +423,8 @@ class ResolvedPlacement:
     embed: NormSpec | None
     blocks: tuple[Block, ...]
     final: NormSpec | None
+    residual: dict[str, Any] = field(default_factory=lambda: dict(PLAIN))  # Residual.resolve's numbers
+    gate: str = "none"
 
     @property
     def n_layers(self) -> int:
@@ -493,11 +434,16 @@ class ResolvedPlacement:
         return dict(self.blocks[i])
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "embed": self.embed.to_dict() if self.embed else None,
             "blocks": [_block_dict(b) for b in self.blocks],
             "final": self.final.to_dict() if self.final else None,
         }
+        if self.residual != PLAIN:  # block options only where set: older ids stay as they were
+            d["residual"] = dict(self.residual)
+        if self.gate != "none":
+            d["gate"] = self.gate
+        return d
 
     @property
     def arch_id(self) -> str:
@@ -522,7 +468,9 @@ class ResolvedPlacement:
 
     def describe(self) -> str:
         """Compact one-line summary, e.g. ``ai ao fi fo | fin  [rmsnorm]`` or, with per-layer
-        blocks, ``L0: ai q k v fi; L1-3: q k v ap | fin  [rmsnorm]``."""
+        blocks, ``L0: ai q k v fi; L1-3: q k v ap | fin  [rmsnorm]``. A site's tag ends in ``F`` at
+        ``full`` granularity and ``D`` with ``depth_scale``; block options follow, e.g.
+        ``ai fi | fin  [rmsnorm]  +gate:elementwise  +residual(alpha=2.21, beta=0.452)``."""
         specs = [s for b in self.blocks for _, s in b] + [n for n in (self.embed, self.final) if n]
         kinds = sorted({s.kind for s in specs})
         common = kinds[0] if len(kinds) == 1 else None
@@ -531,6 +479,8 @@ class ResolvedPlacement:
             tag = SITE_ABBREV[name]
             if spec.granularity == "full":
                 tag += "F"
+            if spec.depth_scale:
+                tag += "D"
             if common is None:
                 tag += ":" + spec.kind
             return tag
@@ -545,23 +495,7 @@ class ResolvedPlacement:
             body = "; ".join(f"L{layer_span(ix)}: {block(b)}" for ix, b in groups)
         model = [site(n, s) for n, s in (("embed", self.embed), ("final", self.final)) if s]
         text = body + (" | " + " ".join(model) if model else "")
-        return text + (f"  [{common}]" if common else "")
-
-
-def layer_span(layers: Iterable[int]) -> str:
-    """Layer indices as runs: ``[0, 2, 3, 4]`` -> ``0, 2-4``; ``[1, 2, 3]`` -> ``1-3``."""
-    runs: list[list[int]] = []
-    for i in layers:
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-def fraction_layers(start: float, end: float, n_layers: int) -> list[int]:
-    """The layers i with floor(start L) <= i < floor(end L): a fraction of the depth."""
-    return list(range(math.floor(start * n_layers + 1e-9), math.floor(end * n_layers + 1e-9)))
+        return text + (f"  [{common}]" if common else "") + describe_options(self.residual, self.gate)
 
 
 def parse_sites(names: Iterable[str]) -> list[str]:

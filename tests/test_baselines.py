@@ -24,9 +24,16 @@ EXPECTED_SITES = {
     "mix_ln": [{"attn_post", "ffn_post"}] + [{"attn_in", "ffn_in"}] * (L - 1),
     "normformer": [{"attn_in", "attn_out", "ffn_in", "ffn_mid"}] * L,
     "dyt": [{"attn_in", "ffn_in"}] * L,
+    # added in 2026 (the search-space issue)
+    "sandwich": [{"attn_in", "attn_out", "ffn_in", "ffn_out"}] * L,
+    "gemma3": [{"attn_in", "q", "k", "attn_out", "ffn_in", "ffn_out"}] * L,
+    "lns": [{"attn_in", "ffn_in"}] * L,
+    "deepnorm": [{"attn_post", "ffn_post"}] * L,
+    "gated_pre_ln": [{"attn_in", "ffn_in"}] * L,
 }
-HAS_FINAL = {n: n != "post_ln" for n in EXPECTED_SITES}
-GRANULARITY = {"olmo2": "full", "qk_pre_ln": "head", "hybridnorm": "head", "hybridnorm_star": "head"}
+HAS_FINAL = {n: n not in ("post_ln", "deepnorm") for n in EXPECTED_SITES}
+GRANULARITY = {"olmo2": "full", "qk_pre_ln": "head", "hybridnorm": "head", "hybridnorm_star": "head",
+               "gemma3": "head"}
 
 
 def test_the_table_covers_every_baseline():
@@ -52,17 +59,24 @@ CFG = ModelConfig(vocab_size=50, n_layers=L, d_model=24, n_heads=3, context_leng
 
 
 def norm_ref(x, mod, group=None):
-    """A norm from its definition, in float64, reading the module's parameters by name."""
+    """A norm from its definition, in float64, reading the module's parameters by name (the kind's
+    maths only: a depth scale is the caller's to write out)."""
     if group:
         return norm_ref(x.unflatten(-1, (-1, group)), mod).flatten(-2)
     kind, o = mod.spec.kind, mod.spec.opts
     w = getattr(mod, "weight", None)
     b = getattr(mod, "bias", None)
-    if kind == "rmsnorm":
-        y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + o["eps"])
+    rms = lambda t: t / torch.sqrt((t * t).mean(-1, keepdim=True) + o["eps"])
+    if kind in ("rmsnorm", "ssnorm"):  # ssnorm: one scalar weight (checked in test_new_kinds_parameters)
+        y = rms(x)
     elif kind == "layernorm":
         mu = x.mean(-1, keepdim=True)
         y = (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + o["eps"])
+    elif kind == "derf":  # Chen et al. 2025: gamma * erf(alpha x + s) + beta
+        y = torch.erf(mod.alpha * x + mod.shift)
+    elif kind == "seednorm":  # Cai et al. 2025, eq. 1: [tanh(x . beta) alpha + gamma] * x / RMS(x)
+        dot = (x * mod.beta).sum(-1, keepdim=True)
+        return (torch.tanh(dot) * mod.alpha + w) * rms(x)
     else:  # dyt
         y = torch.tanh(mod.alpha * x)
     if w is not None:
@@ -72,8 +86,10 @@ def norm_ref(x, mod, group=None):
     return y
 
 
-def attn_ref(x, blk, qkv_norm=False, full=False):
-    """softmax(q k^T / sqrt(d)) v with RoPE, causal; q/k/v norms per head or over the full width."""
+def attn_ref(x, blk, qkv_norm=False, full=False, gate=None):
+    """softmax(q k^T / sqrt(d)) v with RoPE, causal; q/k/v norms per head or over the full width;
+    ``gate`` (head or elementwise): SDPA's output times sigmoid(x W_g), x the attention's input, one
+    gate per head or per channel, before W_o (Qiu et al. 2025, and the authors' modeling_qwen3.py)."""
     B, T, C = x.shape
     H, hd = CFG.n_heads, CFG.head_dim
     Wq, Wk, Wv = blk.attn.qkv.weight.split(C, 0)
@@ -98,8 +114,11 @@ def attn_ref(x, blk, qkv_norm=False, full=False):
     q, k = rot(q), rot(k)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
     s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
-    y = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
-    return y @ blk.attn.out.weight.T
+    y = (s.softmax(-1) @ v).transpose(1, 2)  # (B, T, H, hd)
+    if gate is not None:
+        g = torch.sigmoid(x @ blk.attn.gate.weight.T)  # (B, T, H) or (B, T, C)
+        y = y * (g[..., None] if gate == "head" else g.view(B, T, H, hd))
+    return y.reshape(B, T, C) @ blk.attn.out.weight.T
 
 
 def ffn_ref(x, blk, mid=False):
@@ -155,6 +174,33 @@ def normformer(x, b):
     return y + ffn_ref(N(b, "ffn_in")(y), b, mid=True)
 
 
+def gemma3(x, b):
+    y = x + N(b, "attn_out")(attn_ref(N(b, "attn_in")(x), b, qkv_norm=True))
+    return y + N(b, "ffn_out")(ffn_ref(N(b, "ffn_in")(y), b))
+
+
+def lns(i):
+    """Sun et al. 2025: h = x + F(LN(x) / sqrt(l)), l = i + 1 the 1-based layer index."""
+    def block(x, b):
+        s = 1.0 / math.sqrt(i + 1)
+        y = x + attn_ref(s * norm_ref(x, b.norms.attn_in), b)
+        return y + ffn_ref(s * norm_ref(y, b.norms.ffn_in), b)
+    return block
+
+
+def deepnorm(x, b):
+    """Wang et al. 2022: x_{l+1} = LN(alpha x_l + G(x_l)), alpha = (2N)^(1/4) for a decoder of N layers."""
+    alpha = (2 * L) ** 0.25
+    y = N(b, "attn_post")(alpha * x + attn_ref(x, b))
+    return N(b, "ffn_post")(alpha * y + ffn_ref(y, b))
+
+
+def gated_pre_ln(x, b):
+    h = N(b, "attn_in")(x)
+    y = x + attn_ref(h, b, gate="elementwise")
+    return y + ffn_ref(N(b, "ffn_in")(y), b)
+
+
 EQUATIONS = {
     "post_ln": [post_ln] * L,
     "pre_ln": [pre_ln] * L,
@@ -166,6 +212,11 @@ EQUATIONS = {
     "mix_ln": [post_ln] + [pre_ln] * (L - 1),
     "normformer": [normformer] * L,
     "dyt": [pre_ln] * L,
+    "sandwich": [peri_ln] * L,
+    "gemma3": [gemma3] * L,
+    "lns": [lns(i) for i in range(L)],
+    "deepnorm": [deepnorm] * L,
+    "gated_pre_ln": [gated_pre_ln] * L,
 }
 
 
@@ -198,3 +249,112 @@ def test_model_level_final_norm(name):
     if name == "pre_ln":
         last = norm_ref(last, model.norms.final)
     torch.testing.assert_close(logits, last @ model.wte.weight.T)
+
+
+# -- the 2026 kinds and block options ------------------------------------------------------------
+
+NEW_KINDS = ["derf", "seednorm", "ssnorm"]
+
+
+def _perturbed(placement, cfg=CFG):
+    torch.manual_seed(0)
+    model = build_model(placement, cfg).double()
+    with torch.no_grad():  # make every norm parameter and branch gain matter (ReZero starts at 0)
+        for pname, p in model.named_parameters():
+            if ".norms." in f".{pname}" or ".residual." in f".{pname}":
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def _check_blocks(model, equations, what):
+    x = torch.randn(2, CFG.context_length, CFG.d_model, dtype=torch.float64)
+    rope = model.rope(CFG.context_length, x.device, torch.float64)
+    for i, block in enumerate(model.blocks):
+        torch.testing.assert_close(block(x, rope), equations[i](x, block), rtol=1e-10, atol=1e-10,
+                                   msg=f"{what} layer {i}")
+
+
+@pytest.mark.parametrize("name", ["pre_ln", "peri_ln", "gemma3", "lns", "deepnorm", "gated_pre_ln"])
+@pytest.mark.parametrize("kind", NEW_KINDS)
+def test_new_kinds_in_the_baselines_match_their_equations(name, kind):
+    """Derf, SeeDNorm and single-scale RMSNorm at d_model sites and per head (gemma3's q/k)."""
+    _check_blocks(_perturbed(baselines(kind)[name]), EQUATIONS[name], f"{name}/{kind}")
+
+
+def test_new_kinds_parameters():
+    from normsearch.model import Norm
+    from normsearch.spec import NormSpec
+
+    derf = Norm(NormSpec("derf"), 6)
+    assert (derf.alpha.shape, derf.alpha.item(), derf.shift.shape, derf.shift.item()) == ((), 1.0, (), 0.0)
+    assert derf.weight.shape == derf.bias.shape == (6,)
+    seed = Norm(NormSpec("seednorm"), 6)
+    assert {n: tuple(p.shape) for n, p in seed.named_parameters()} == {"weight": (6,), "alpha": (6,), "beta": (6,)}
+    assert seed.weight.eq(1).all() and seed.alpha.eq(1).all() and seed.beta.eq(0).all()
+    ss = Norm(NormSpec("ssnorm"), 6)
+    assert {n: tuple(p.shape) for n, p in ss.named_parameters()} == {"weight": ()}
+    # at init SeeDNorm is RMSNorm (beta = 0), and SSNorm too (gain 1)
+    x = torch.randn(3, 6, dtype=torch.float64)
+    rms = Norm(NormSpec("rmsnorm"), 6).double()
+    torch.testing.assert_close(seed.double()(x), rms(x))
+    torch.testing.assert_close(ss.double()(x), rms(x))
+
+
+def _residual_pre_ln(gain_of):
+    """x + g_attn * F(LN(x)), then the FFN the same: the residual with a learnable branch gain."""
+    def block(x, b):
+        y = x + gain_of(b, "attn") * attn_ref(N(b, "attn_in")(x), b)
+        return y + gain_of(b, "ffn") * ffn_ref(N(b, "ffn_in")(y), b)
+    return block
+
+
+@pytest.mark.parametrize("preset,shape,init", [("rezero", (), 0.0), ("layerscale", (CFG.d_model,), 0.1)])
+def test_residual_gains_match_their_equations(preset, shape, init):
+    """ReZero (Bachlechner et al.: x + alpha F(x), alpha a scalar from 0) and LayerScale (Touvron et
+    al.: x + diag(lambda) F(x), lambda a vector from a small value)."""
+    from normsearch.spec import Placement
+
+    p = Placement.from_dict({"norm": "rmsnorm", "block": {"attn_in": True, "ffn_in": True}, "final": True,
+                             "residual": preset})
+    fresh = build_model(p, CFG)
+    for b in fresh.blocks:
+        assert b.residual.attn_gain.shape == b.residual.ffn_gain.shape == shape
+        assert b.residual.attn_gain.eq(init).all()
+    gain = lambda b, branch: getattr(b.residual, f"{branch}_gain")
+    _check_blocks(_perturbed(p), [_residual_pre_ln(gain)] * L, preset)
+
+
+def test_head_gate_matches_its_equation():
+    from normsearch.spec import Placement
+
+    p = Placement.from_dict({"norm": "rmsnorm", "block": {"attn_in": True, "ffn_in": True}, "final": True,
+                             "gate": "head"})
+    model = _perturbed(p)
+    assert model.blocks[0].attn.gate.weight.shape == (CFG.n_heads, CFG.d_model)
+
+    def eq(x, b):
+        y = x + attn_ref(N(b, "attn_in")(x), b, gate="head")
+        return y + ffn_ref(N(b, "ffn_in")(y), b)
+
+    _check_blocks(model, [eq] * L, "gate head")
+
+
+def test_deepnorm_and_lns_initialisation():
+    """DeepNorm (torchscale): v, W_o and the FFN weights divided by (8N)^(1/4), q and k untouched,
+    no GPT-2 scaled init; LNS (the authors' code): no scaled init of W_o, W_down either."""
+    def weights(name):
+        torch.manual_seed(0)
+        return dict(build_model(baselines()[name], CFG).named_parameters())
+
+    post, deep = weights("post_ln"), weights("deepnorm")
+    beta, C, scaled = (8 * L) ** -0.25, CFG.d_model, 1 / math.sqrt(2 * L)
+    for i in range(L):
+        w = f"blocks.{i}."
+        torch.testing.assert_close(deep[w + "attn.qkv.weight"][:2 * C], post[w + "attn.qkv.weight"][:2 * C])
+        torch.testing.assert_close(deep[w + "attn.qkv.weight"][2 * C:], beta * post[w + "attn.qkv.weight"][2 * C:])
+        torch.testing.assert_close(deep[w + "ffn.up.weight"], beta * post[w + "ffn.up.weight"])
+        for proj in ("attn.out.weight", "ffn.down.weight"):  # post_ln's carry the 1/sqrt(2N); deepnorm's don't
+            torch.testing.assert_close(deep[w + proj], beta * post[w + proj] / scaled)
+    pre, lns_w = weights("pre_ln"), weights("lns")
+    torch.testing.assert_close(lns_w["blocks.0.attn.out.weight"], pre["blocks.0.attn.out.weight"] / scaled)
+    torch.testing.assert_close(lns_w["blocks.0.attn.qkv.weight"], pre["blocks.0.attn.qkv.weight"])

@@ -84,6 +84,21 @@ def _cases():
     cases["olmo2-untied-dropout"] = (baselines()["olmo2"], cfg(tie_embeddings=False, dropout=0.1))
     cases["hybridnorm-wpe-small-init"] = (baselines()["hybridnorm"], cfg(rope=False, init="small"))
     cases["no-norms-at-all"] = (Placement(), cfg(n_layers=2))
+    # the 2026 kinds (per head too), depth-scaled norms, every residual option, both gates, swiglu
+    cases["modern-kinds-layerscale-head-gate"] = (Placement.from_dict({
+        "embed": "ssnorm",
+        "block": {"attn_in": {"kind": "derf", "alpha_init": 0.7, "depth_scale": True},
+                  "q": "seednorm", "k": {"kind": "seednorm", "granularity": "full"},
+                  "attn_out": "ssnorm", "ffn_in": {"kind": "seednorm", "depth_scale": True},
+                  "ffn_mid": {"kind": "derf", "bias": False}, "ffn_post": "rmsnorm"},
+        "final": "derf",
+        "residual": {"alpha": 1.5, "beta": 0.7, "gain": "vector", "gain_init": 0.05, "scaled_init": False},
+        "gate": "head",
+    }), cfg(ffn="swiglu"))
+    cases["rezero-elementwise-gate-deepnorm-beta"] = (Placement.from_dict({
+        "block": {"attn_in": "rmsnorm", "ffn_in": "rmsnorm"}, "final": "rmsnorm",
+        "residual": {"alpha": "deepnorm", "beta": "deepnorm", "gain": "scalar"}, "gate": "elementwise",
+    }), cfg(ffn="swiglu", tie_embeddings=False))
     return cases
 
 
@@ -132,12 +147,13 @@ torch.save(out, sys.argv[2])
 
 
 def perturbed(placement, config, seed=0):
-    """A model whose norm parameters are not at their initial values (so each one matters)."""
+    """A model whose norm parameters and branch gains are not at their initial values (so each one
+    matters; ReZero's gains start at 0)."""
     torch.manual_seed(seed)
     model = build_model(placement, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ".norms." in f".{name}":
+            if ".norms." in f".{name}" or ".residual." in f".{name}":
                 p.add_(0.3 * torch.randn_like(p))
     return model.eval()
 
@@ -553,3 +569,18 @@ def test_export_command_from_a_study(tiny_study, tmp_path):
         assert r.exit_code == 2 and "add --retrain" in r.output
     finally:
         (tmp_path / "moved.safetensors").rename(tiny_study / "checkpoints" / f"{base.arch_id}.safetensors")
+
+
+def test_config_json_holds_the_block_options_and_depth_scales(exported):
+    root, _, _ = exported
+    name = "modern-kinds-layerscale-head-gate"
+    arch = config_json(root, name)
+    assert arch["gate"] == "head"
+    assert arch["residual"] == {"alpha": 1.5, "beta": 0.7, "gain": "vector", "gain_init": 0.05, "scaled_init": False}
+    blocks = arch["norms"]["blocks"]
+    assert [b["attn_in"]["scale"] for b in blocks] == pytest.approx([1, 2 ** -0.5, 3 ** -0.5, 0.5])
+    assert all("scale" not in b["q"] for b in blocks)
+    source = (root / name / "norms.py").read_text()
+    assert all(f"class {c}(" in source for c in ("Derf", "SeeDNorm", "SingleScaleRMSNorm"))
+    plain = config_json(root, "pre_ln-rmsnorm")
+    assert plain["gate"] == "none" and plain["residual"]["alpha"] == 1.0

@@ -21,6 +21,8 @@ PINNED = {
     ("sites.yaml", 4): "3b057f11c583249d", ("sites.yaml", 12): "459fb51726f60be5",
     ("depth.yaml", 4): "a3413bc544966845", ("depth.yaml", 12): "85ed9245e8131a5c",
     ("sites-kinds.yaml", 4): "3f800c56577210b1", ("sites-kinds.yaml", 12): "e5b0fc65c256657e",
+    # added with the space itself (issue 18)
+    ("modern.yaml", 4): "1b96bfe6fd91fe65", ("modern.yaml", 12): "1f5b0a360d9bf938",
 }
 
 
@@ -38,7 +40,7 @@ def test_every_point_of_the_shipped_spaces_keeps_its_arch_id(name, n_layers):
     assert h.hexdigest()[:16] == PINNED[(name, n_layers)]
 
 
-@pytest.mark.parametrize("name", ["quick.yaml", "sites.yaml", "depth.yaml", "sites-kinds.yaml"])
+@pytest.mark.parametrize("name", ["quick.yaml", "sites.yaml", "depth.yaml", "sites-kinds.yaml", "modern.yaml"])
 def test_params_of_inverts_placement(name):
     """For every point v: params_of(placement(v)) is a point of the same network, and v itself
     whenever v is the space's only spelling of that network."""
@@ -101,3 +103,48 @@ def test_a_space_is_checked_against_the_depth():
 def test_bad_spaces_are_one_clear_error(bad, match):
     with pytest.raises(NormsearchError, match=match):
         parse_space(bad)
+
+
+# -- block options (issue 18) ---------------------------------------------------------------------
+
+
+def test_the_modern_space_searches_the_block_options_and_holds_the_new_baselines():
+    from normsearch.baselines import baselines
+
+    sp = load_space("modern.yaml", SPACES)
+    dist = sp.distributions()
+    assert dist["opt.depth_scale"] == ("off", "on")  # YAML's off/on arrive as booleans
+    assert dist["opt.residual"] == ("plain", "deepnorm", "layerscale")
+    assert dist["opt.gate"] == ("none", "head", "elementwise")
+    assert {"derf", "seednorm"} <= set(dist["site.attn_in+ffn_in"]) and dist["kind"] == ("rmsnorm", "ssnorm")
+    for name in ("pre_ln", "post_ln", "peri_ln", "qk_pre_ln", "gemma3", "lns", "deepnorm", "gated_pre_ln"):
+        for L in (4, 12):
+            v = sp.params_of(baselines()[name], L)
+            assert v is not None, name
+            assert sp.placement(v).arch_id(L) == baselines()[name].arch_id(L)
+    assert sp.params_of(baselines()["lns"], 4)["opt.depth_scale"] == "on"
+    assert sp.params_of(baselines()["deepnorm"], 4)["opt.residual"] == "deepnorm"
+    assert sp.params_of(baselines()["gated_pre_ln"], 4)["opt.gate"] == "elementwise"
+    assert sp.params_of(baselines()["olmo2"], 4) is None  # full-width q/k norms are not in it
+
+
+def test_a_space_without_options_cannot_express_them():
+    from normsearch.baselines import baselines
+
+    sp = parse_space({"kind": "rmsnorm", "sites": {"attn_in": ["none", "norm"], "ffn_in": ["none", "norm"],
+                                                   "attn_post": ["none", "norm"], "ffn_post": ["none", "norm"],
+                                                   "final": ["none", "norm"]}})
+    assert sp.params_of(baselines()["pre_ln"], 4) is not None
+    for name in ("lns", "deepnorm", "gated_pre_ln"):
+        assert sp.params_of(baselines()[name], 4) is None, name
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"gates": ["none"]}, "unknown option 'gates'"),
+    ({"gate": ["none", "sometimes"]}, "unknown choice 'sometimes'"),
+    ({"residual": ["plain", "admin"]}, "unknown choice 'admin'"),
+    ([1, 2], "a mapping of option"),
+])
+def test_bad_options_say_what_is_wrong(options, message):
+    with pytest.raises(NormsearchError, match=message):
+        parse_space({"sites": {"attn_in": ["none", "norm"]}, "options": options})

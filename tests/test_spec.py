@@ -30,8 +30,13 @@ def test_arch_ids_are_pinned():
 
 
 def test_baseline_arch_ids_are_distinct_and_depend_on_kind_and_depth():
-    ids = {n: p.arch_id(4) for n, p in baselines().items()}
+    from normsearch.baselines import BASELINES
+
+    ids = {n: p.arch_id(4) for n, p in baselines().items() if not BASELINES[n].alias_of}
     assert len(set(ids.values())) == len(ids)
+    # an alias is the same network: sandwich is peri_ln (Ding et al.'s Sandwich-LN)
+    assert BASELINES["sandwich"].alias_of == "peri_ln"
+    assert baselines()["sandwich"].arch_id(4) == ids["peri_ln"]
     assert baselines("layernorm")["pre_ln"].arch_id(4) != ids["pre_ln"]
     assert baselines()["pre_ln"].arch_id(6) != ids["pre_ln"]
 
@@ -232,3 +237,96 @@ def test_layer_span_and_fraction_layers():
     assert layer_span([0, 2, 3, 4]) == "0, 2-4" and layer_span([1, 2, 3]) == "1-3" and layer_span([5]) == "5"
     assert fraction_layers(0.0, 0.25, 8) == [0, 1] and fraction_layers(0.25, 1.0, 3) == [0, 1, 2]
     assert fraction_layers(0.0, 0.25, 3) == []
+
+
+# -- the 2026 options: depth-scaled norms, residual scaling, the attention gate ------------------
+
+MODERN = """
+block:
+  attn_in: {kind: rmsnorm, depth_scale: true}
+  q: seednorm
+  ffn_in: {kind: derf, alpha_init: 0.5, depth_scale: true}
+  ffn_out: ssnorm
+final: rmsnorm
+residual: {alpha: deepnorm, beta: 0.5, gain: vector, gain_init: 0.01, scaled_init: false}
+gate: head
+"""
+
+
+def test_the_2026_options_round_trip_and_change_the_arch_id():
+    p = Placement.from_yaml(MODERN)
+    assert Placement.from_dict(p.to_dict()) == p
+    assert Placement.from_yaml(p.to_yaml()) == p
+    assert Placement.from_yaml(p.to_yaml()).arch_id(6) == p.arch_id(6)
+    d = p.to_dict()
+    assert d["block"]["attn_in"]["depth_scale"] is True and "depth_scale" not in d["block"]["q"]
+    assert d["residual"] == {"alpha": "deepnorm", "beta": 0.5, "gain": "vector", "gain_init": 0.01,
+                             "scaled_init": False}
+    assert d["gate"] == "head"
+    # every option is architecture: dropping any one changes the id
+    base = p.arch_id(6)
+    variants = [
+        MODERN.replace("attn_in: {kind: rmsnorm, depth_scale: true}", "attn_in: rmsnorm"),
+        MODERN.replace("gate: head", "gate: elementwise"),
+        MODERN.replace("gate: head", ""),
+        MODERN.replace("alpha: deepnorm, ", ""),
+        MODERN.replace("beta: 0.5", "beta: 0.25"),
+        MODERN.replace("gain_init: 0.01", "gain_init: 0.02"),
+        MODERN.replace("gain: vector", "gain: scalar"),
+        MODERN.replace("scaled_init: false", "scaled_init: true"),
+    ]
+    ids = [Placement.from_yaml(v).arch_id(6) for v in variants]
+    assert base not in ids and len(set(ids)) == len(ids)
+    # deepnorm's alpha depends on depth: same spec, different depth, different numbers
+    r6, r12 = p.resolve(6).residual, p.resolve(12).residual
+    assert r6["alpha"] == pytest.approx(12 ** 0.25) and r12["alpha"] == pytest.approx(24 ** 0.25)
+
+
+def test_defaults_are_left_out_so_old_ids_stay():
+    plain = Placement.from_yaml("block: {attn_in: rmsnorm, ffn_in: rmsnorm}\nfinal: rmsnorm")
+    spelled = Placement.from_yaml(
+        "block: {attn_in: {kind: rmsnorm, depth_scale: false}, ffn_in: rmsnorm}\nfinal: rmsnorm\n"
+        "residual: {alpha: 1, beta: 1.0, gain: none, scaled_init: true}\ngate: none")
+    assert plain.arch_id(4) == spelled.arch_id(4) == "5802d031ed5b" == baselines()["pre_ln"].arch_id(4)
+    assert "residual" not in spelled.to_dict() and "gate" not in spelled.to_dict()
+    # presets are their mappings
+    a = Placement.from_yaml("block: {attn_post: rmsnorm, ffn_post: rmsnorm}\nresidual: deepnorm")
+    b = Placement.from_yaml("block: {attn_post: rmsnorm, ffn_post: rmsnorm}\n"
+                            "residual: {alpha: deepnorm, beta: deepnorm, scaled_init: false}")
+    assert a == b and a.arch_id(12) == baselines()["deepnorm"].arch_id(12)
+    # a number equal to what the rule gives at this depth builds the same network
+    c = Placement.from_yaml("block: {attn_post: rmsnorm, ffn_post: rmsnorm}\n"
+                            f"residual: {{alpha: {24 ** 0.25!r}, beta: {96 ** -0.25!r}, scaled_init: false}}")
+    assert c.arch_id(12) == a.arch_id(12)
+
+
+def test_the_depth_scale_is_one_over_the_root_of_the_one_based_layer_index():
+    spec = NormSpec("rmsnorm", depth_scale=True)
+    assert [spec.scale(i) for i in range(4)] == pytest.approx([1, 2 ** -0.5, 3 ** -0.5, 0.5])
+    assert NormSpec("rmsnorm").scale(3) == 1.0
+
+
+@pytest.mark.parametrize("text,message", [
+    ("block: {attn_in: rmsnorm}\nfinal: {kind: rmsnorm, depth_scale: true}", "depth_scale is for the block's sites"),
+    ("block: {attn_in: {kind: rmsnorm, depth_scale: yes please}}", "depth_scale must be true or false"),
+    ("block: {attn_in: rmsnorm}\nresidual: deep", "unknown preset 'deep'"),
+    ("block: {attn_in: rmsnorm}\nresidual: {alpha: -1}", "residual.alpha must be a number > 0"),
+    ("block: {attn_in: rmsnorm}\nresidual: {alpha: admin}", "residual.alpha: unknown rule 'admin'"),
+    ("block: {attn_in: rmsnorm}\nresidual: {gain_init: 0.1}", "gain_init needs a gain"),
+    ("block: {attn_in: rmsnorm}\nresidual: {gain: matrix}", "unknown gain 'matrix'"),
+    ("block: {attn_in: rmsnorm}\nresidual: {alhpa: 2}", "unknown key 'alhpa'"),
+    ("block: {attn_in: rmsnorm}\ngate: yes", "gate: unknown gate"),
+    ("block: {attn_in: rmsnorm}\ngate: headwise", "unknown gate 'headwise'"),
+])
+def test_bad_2026_options_say_what_is_wrong(text, message):
+    with pytest.raises(SpecError, match=message):
+        Placement.from_yaml(text)
+
+
+def test_a_default_norm_with_depth_scale_skips_the_model_sites():
+    p = Placement.from_yaml("norm: {kind: rmsnorm, depth_scale: true}\nblock: {attn_in: true, ffn_in: true}\nfinal: true")
+    assert p.to_dict()["final"] == {"kind": "rmsnorm", "eps": 1e-5, "gain": True}
+    assert all(s.depth_scale for _, s in p.block)
+    assert p.arch_id(4) != baselines()["lns"].arch_id(4)  # lns also drops the scaled init
+    lns = Placement.from_dict({**p.to_dict(), "residual": {"scaled_init": False}})
+    assert lns.arch_id(4) == baselines()["lns"].arch_id(4)

@@ -34,16 +34,20 @@ STANDALONE = Path(__file__).with_name("standalone.py")
 # The architecture as data, the norm kinds as source (torch-free)
 
 
-def _entry(site: str, spec: NormSpec | None, config: ModelConfig) -> dict[str, Any] | None:
+def _entry(site: str, spec: NormSpec | None, config: ModelConfig, layer: int = 0) -> dict[str, Any] | None:
     if spec is None:
         return None
-    return {"kind": spec.kind, "options": spec.opts, "width": SITE[site].features(spec, config),
-            "per_head": SITE[site].per_head(spec)}
+    entry = {"kind": spec.kind, "options": spec.opts, "width": SITE[site].features(spec, config),
+             "per_head": SITE[site].per_head(spec)}
+    if spec.depth_scale:
+        entry["scale"] = spec.scale(layer)
+    return entry
 
 
 def architecture(resolved: ResolvedPlacement, config: ModelConfig) -> dict[str, Any]:
     """config.json: the model config (with ``head_dim`` and ``ffn_dim`` worked out), the block's
-    sites in data-flow order, and every norm as ``{kind, options, width, per_head}``."""
+    sites in data-flow order, every norm as ``{kind, options, width, per_head}`` (plus ``scale``
+    with depth_scale), and the block options ``residual`` and ``gate``."""
     return {
         "format": FORMAT,
         "arch_id": resolved.arch_id,
@@ -54,8 +58,11 @@ def architecture(resolved: ResolvedPlacement, config: ModelConfig) -> dict[str, 
         "norms": {
             "embed": _entry("embed", resolved.embed, config),
             "final": _entry("final", resolved.final, config),
-            "blocks": [{site: _entry(site, spec, config) for site, spec in block} for block in resolved.blocks],
+            "blocks": [{site: _entry(site, spec, config, i) for site, spec in block}
+                       for i, block in enumerate(resolved.blocks)],
         },
+        "residual": dict(resolved.residual),
+        "gate": resolved.gate,
     }
 
 
@@ -90,8 +97,8 @@ def norms_source(kinds: list[str]) -> str:
             raise NormsearchError(f"norm kinds {kinds} have two classes named {cls.__name__}; rename one to export")
         parts.append("\n".join(lines))
         names.append(cls.__name__)
-    table = ", ".join(f"{kind!r}: {name}" for kind, name in zip(kinds, names))
-    parts.append(f"NORM_KINDS: dict[str, type[NormKind]] = {{{table}}}")
+    table = "".join(f"\n    {kind!r}: {name}," for kind, name in zip(kinds, names))  # one line each
+    parts.append(f"NORM_KINDS: dict[str, type[NormKind]] = {{{table}\n}}")
     return "\n\n\n".join(parts) + "\n"
 
 

@@ -26,7 +26,8 @@ def _notes(spec: NormSpec) -> list[str]:
     if spec.granularity:
         notes.append("per head" if spec.granularity == "head" else "full width")
     defaults = NORM_KINDS[spec.kind].options
-    return notes + [f"{k}={v!r}" for k, v in spec.opts.items() if v != defaults[k]]
+    notes += [f"{k}={v!r}" for k, v in spec.opts.items() if v != defaults[k]]
+    return notes + (["x 1/sqrt(layer + 1)"] if spec.depth_scale else [])
 
 
 def _site_text(site: str, spec: NormSpec) -> str:
@@ -39,7 +40,7 @@ def _spec_text(spec: NormSpec | None) -> str:
 
 def readme(placement: Placement, config: ModelConfig, resolved: ResolvedPlacement,
            summary: Mapping[str, Any] | None, folder: str, untrained_seed: int | None) -> str:
-    from ..show import norm_param_count
+    from ..show import norm_param_count, options_lines
 
     name = placement.name or "custom placement"
     lines = [
@@ -95,6 +96,8 @@ def readme(placement: Placement, config: ModelConfig, resolved: ResolvedPlacemen
         f"`normsearch show spec.yaml --layers {config.n_layers} --d-model {config.d_model} "
         f"--n-heads {config.n_heads}` draws the data flow of each block.",
         "",
+        *[f"{line}  " for line in options_lines(resolved)],
+        *([""] if options_lines(resolved) else []),
         "## Files",
         "",
         "- `spec.yaml`: the placement (canonical form), the model config and the arch_id",

@@ -10,7 +10,10 @@ weights load with strict=True:
     model = from_pretrained()  # the files next to this one
 
 ``Block.forward`` is normsearch's own, site for site (normsearch/model.py; a test keeps the
-two the same); a site without a norm is an identity.
+two the same); a site without a norm is an identity. config.json's ``residual`` (the weight
+alpha of the stream, the branch gains, the init's beta) and ``gate`` (a sigmoid gate on the
+attention output) are the block options; a norm entry's ``scale`` is a fixed factor on its
+output (LayerNorm Scaling's 1 / sqrt(layer + 1)).
 """
 
 from __future__ import annotations
@@ -65,9 +68,9 @@ class Norm(nn.Module):
 
     present = True
 
-    def __init__(self, kind: type, options: dict, width: int, per_head: bool):
+    def __init__(self, kind: type, options: dict, width: int, per_head: bool, scale: float = 1.0):
         super().__init__()
-        self.kind, self.opts = kind, options
+        self.kind, self.opts, self.scale = kind, options, scale
         self.group = width if per_head else None
         for name, (shape, init) in kind.parameters(options).items():
             value = torch.full((width,) if shape == "dim" else (), float(init))
@@ -76,8 +79,10 @@ class Norm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.group:
             x = x.unflatten(-1, (-1, self.group))
-            return self.kind.forward(x, self._parameters, self.opts).flatten(-2)
-        return self.kind.forward(x, self._parameters, self.opts)
+            y = self.kind.forward(x, self._parameters, self.opts).flatten(-2)
+        else:
+            y = self.kind.forward(x, self._parameters, self.opts)
+        return y if self.scale == 1.0 else y * self.scale
 
     def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         s = x + h
@@ -92,7 +97,34 @@ def site_norm(entry: dict | None, kinds: dict[str, type]) -> nn.Module:
     if entry is None:
         return NoNorm()
     kind = kinds[entry["kind"]]
-    return Norm(kind, entry["options"], entry["width"], entry["per_head"])
+    return Norm(kind, entry["options"], entry["width"], entry["per_head"], entry.get("scale", 1.0))
+
+
+PLAIN = {"alpha": 1.0, "beta": 1.0, "gain": "none", "gain_init": None, "scaled_init": True}
+
+
+class Residual(nn.Module):
+    """``stream(x)`` = alpha * x; ``attn(h)`` / ``ffn(h)`` = the branch's learnable gain
+    (``scalar`` or ``vector``) times h, the identity without one."""
+
+    def __init__(self, options: dict, dim: int):
+        super().__init__()
+        self.alpha = float(options["alpha"])
+        self.gain = options["gain"]
+        if self.gain != "none":
+            shape = (dim,) if self.gain == "vector" else ()
+            for name in ("attn_gain", "ffn_gain"):
+                init = torch.full(shape, float(options["gain_init"]))
+                self.register_parameter(name, nn.Parameter(init))
+
+    def stream(self, x: Tensor) -> Tensor:
+        return x if self.alpha == 1.0 else self.alpha * x
+
+    def attn(self, h: Tensor) -> Tensor:
+        return h if self.gain == "none" else self.attn_gain * h
+
+    def ffn(self, h: Tensor) -> Tensor:
+        return h if self.gain == "none" else self.ffn_gain * h
 
 
 def add_norm(
@@ -129,7 +161,8 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Causal self-attention; the q, k and v norms are the block's, passed in."""
+    """Causal self-attention; the q, k and v norms are the block's, passed in. With a gate
+    (``head`` or ``elementwise``), SDPA's output is multiplied by sigmoid(x W_g) before W_o."""
 
     def __init__(self, c: dict):
         super().__init__()
@@ -137,6 +170,9 @@ class Attention(nn.Module):
         self.n_heads, self.head_dim, self.dropout = c["n_heads"], c["head_dim"], c["dropout"]
         self.qkv = nn.Linear(C, 3 * C, bias=False)
         self.out = nn.Linear(C, C, bias=False)
+        gate = c.get("gate", "none")
+        width = C if gate == "elementwise" else self.n_heads
+        self.gate = None if gate == "none" else nn.Linear(C, width, bias=False)
 
     def forward(
         self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope
@@ -149,6 +185,9 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         drop = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        if self.gate is not None:  # [gate] on SDPA's output, before W_o
+            g = torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1)
+            y = y * g.transpose(1, 2)
         y = self.out(y.transpose(1, 2).reshape(B, T, C))
         return F.dropout(y, drop, self.training)
 
@@ -188,16 +227,17 @@ class Block(nn.Module):
         )
         self.attn = Attention(c)
         self.ffn = FFN(c)
+        self.residual = Residual(c.get("residual") or PLAIN, c["d_model"])
 
     def forward(self, x: Tensor, rope=None) -> Tensor:
-        n = self.norms
+        n, r = self.norms, self.residual
         h = n.attn_in(x)                                  # [attn_in]
-        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] inside, before RoPE
-        h = n.attn_out(h)                                 # [attn_out]
-        x, h = add_norm(x, h, n.attn_post, n.ffn_in)      # x = [attn_post](x + h); h = [ffn_in](x)
+        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] before RoPE; the gate on SDPA's output
+        h = r.attn(n.attn_out(h))                         # [attn_out], then the branch gain
+        x, h = add_norm(r.stream(x), h, n.attn_post, n.ffn_in)  # x = [attn_post](alpha x + h); h = [ffn_in](x)
         h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
-        h = n.ffn_out(h)                                  # [ffn_out]
-        x, _ = add_norm(x, h, n.ffn_post)                 # x = [ffn_post](x + h)
+        h = r.ffn(n.ffn_out(h))                           # [ffn_out], then the branch gain
+        x, _ = add_norm(r.stream(x), h, n.ffn_post)       # x = [ffn_post](alpha x + h)
         return x
 
 
@@ -223,18 +263,28 @@ class Transformer(nn.Module):
 
     def reset_parameters(self):
         """N(0, init_std), the residual projections N(0, init_std / sqrt(2 n_layers)) (init
-        gpt) or all N(0, sqrt(2 / (5 d_model))) (init small); norms keep their initial values."""
+        gpt, unless the residual's scaled_init is off) or all N(0, sqrt(2 / (5 d_model))) (init
+        small); then the value projection, W_o and the FFN's weights times the residual's beta.
+        Norms and branch gains keep their initial values."""
         c = self.config
+        res = c.get("residual") or PLAIN
         gpt = c["init"] == "gpt"
         std = c["init_std"] if gpt else math.sqrt(2.0 / (5.0 * c["d_model"]))
-        resid_std = std / math.sqrt(2 * c["n_layers"]) if gpt else std
+        scaled = gpt and res["scaled_init"]
+        resid_std = std / math.sqrt(2 * c["n_layers"]) if scaled else std
+        beta, C = res["beta"], c["d_model"]
+        branch = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")
         for name, p in self.named_parameters():
-            if ".norms." in f".{name}":
+            if ".norms." in f".{name}" or ".residual." in f".{name}":
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init
             if name.endswith(("attn.out.weight", "ffn.down.weight")):
                 nn.init.normal_(p, 0.0, resid_std)
             else:
                 nn.init.normal_(p, 0.0, std)
+            if beta != 1.0 and name.endswith(branch):
+                p.data.mul_(beta)
+            elif beta != 1.0 and name.endswith("attn.qkv.weight"):
+                p.data[2 * C:].mul_(beta)  # the value projection's rows
 
     def forward(self, idx: Tensor) -> Tensor:
         B, T = idx.shape
