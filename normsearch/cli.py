@@ -227,10 +227,6 @@ def run(
         _print_report(handle, handle.folder, DEFAULT_AGAINST)
 
 
-#: the storage URL for worker processes: passed in their environment, never on their command line
-WORKER_STORAGE = "NORMSEARCH_WORKER_STORAGE"
-
-
 def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
     """One worker process per GPU (or per group of train.devices GPUs), all on one study, their
     progress shown together; then the report."""
@@ -247,7 +243,7 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
     url = storage or r.storage_url
     names = worker_names(groups)
     with WorkersView(r.name, names) as view:
-        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view, sigterm=interrupted_code() == 143)
+        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view, sigterm=lambda: interrupted_code() == 143)
     if any(c in (130, 143) for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
