@@ -99,6 +99,8 @@ def open_study(recipe: Recipe, storage: str | None = None, create: bool = True, 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or recipe.storage_url
     folder = recipe.folder
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        _check_folder(recipe, folder, creating=True)  # before the database file exists
     store = open_storage(url)
     created = []
 
