@@ -1,4 +1,4 @@
-"""The named placements from the papers, written in sites (see shared/design/norm-sites.md).
+"""The named placements from the papers, written in sites (see docs/norm-sites.md).
 
 Each baseline is a function of the norm kind (a recipe choice: the papers use both LayerNorm and
 RMSNorm), except ``dyt``, which is DyT by definition. An alias (``sandwich``) is another name for a
