@@ -77,7 +77,10 @@ def summary_lines(ranking: Ranking) -> list[str]:
     if failing:
         lines.append(f"- Failing even at their best learning rate (diverged or stalled runs; ranked after every "
                      f"architecture that did not fail): {', '.join(failing)}.")
-    if best.n_seeds < 2:
+    if best.n_seeds == 0:
+        lines.append("- No architecture has a successful run: every run diverged or stalled, so there is no loss to "
+                     "compare; the order is by failure rate only.")
+    elif best.n_seeds < 2:
         lines.append("- One successful seed per architecture: no intervals and no comparisons; the order of the "
                      "rows may be noise.")
     return lines + [""]
