@@ -76,6 +76,7 @@ class RunResult:
     torch_version: str = ""
     data_key: str = ""
     bytes_per_token: float = 1.0
+    worker: str = ""  # the worker that trained it (host:pid)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,7 +13,8 @@ from ..recipe import Recipe
 from ..records import A_RECIPE
 from ..storage import mask, mask_recipe, open_storage, retry
 
-FINGERPRINT_EXCLUDE = {"train": {"threads", "kernels", "device", "devices", "strategy"}, "data": {"cache_dir"}}
+FINGERPRINT_EXCLUDE = {"train": {"threads", "kernels", "device", "devices", "strategy", "compile", "logger"},
+                       "data": {"cache_dir"}}
 
 
 @dataclass
