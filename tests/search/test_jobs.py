@@ -47,7 +47,7 @@ def test_two_jobs_give_the_results_of_one_and_share_the_runs_of_one_architecture
     runs of the first's; every number equals what one worker produces."""
     recipe = write_tiny_recipe(tmp_path, "jobs", steps=10, trials=0)  # --jobs overrides its search.jobs: 1
     procs = {n: _cli("run", recipe, "--jobs", str(n), "--name", f"jobs{n}", *ONE_ARCH) for n in (1, 2)}
-    for n, p in procs.items():
+    for p in procs.values():
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert "pre_ln" in out  # the ranked table
