@@ -83,13 +83,16 @@ def optimizer(model: Transformer, train: TrainConfig, lr: float):
 class RunModule(pl.LightningModule):
     """The model of one placement, its loss and its optimiser."""
 
-    def __init__(self, model: Transformer, train: TrainConfig, lr: float):
+    def __init__(self, model: Transformer, train: TrainConfig, lr: float, compiled: bool = False):
         super().__init__()
         self.model, self.train_cfg, self.lr = model, train, lr
+        # the training forward compiled; evaluation and diagnostics run the model as it is (outside
+        # the module's children, so that parameters and state are the model's alone)
+        object.__setattr__(self, "step_model", torch.compile(model) if compiled else model)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        logits = self.model(x)
+        logits = self.step_model(x)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
     def configure_optimizers(self):
@@ -180,6 +183,21 @@ def _precision(train: TrainConfig, accelerator: str) -> str:
     return "bf16-mixed" if accelerator == "gpu" else "32-true"
 
 
+def _compiled(train: TrainConfig, accelerator: str) -> bool:
+    """``train.compile``: auto compiles on GPUs only. On CPU, at this project's model sizes, compiling
+    did not pay for itself (results/throughput/README.md)."""
+    return accelerator == "gpu" if train.compile == "auto" else bool(train.compile)
+
+
+def _tf32(precision: str, accelerator: str) -> bool:
+    """TF32 matmuls under 32-true on GPUs that have them (Ampere and later); True when on."""
+    if accelerator != "gpu" or precision != "32-true" or torch.cuda.get_device_capability()[0] < 8:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
 def _accelerator(train: TrainConfig) -> str:
     if train.device == "cuda" and not torch.cuda.is_available():
         raise NormsearchError("train.device is cuda but no CUDA device is available; use device: auto or cpu")
@@ -252,7 +270,8 @@ def train_run(
     with quiet(verbose):
         pl.seed_everything(seed, workers=False, verbose=False)
         net = build_model(placement, model, kernels=kernels)
-        module = RunModule(net, train, lr)
+        compiled = _compiled(train, accelerator)
+        module = RunModule(net, train, lr, compiled)
         device = torch.device("cuda" if accelerator == "gpu" else "cpu")
         result = RunResult(
             arch_id=net.arch_id, label=label, placement=placement.to_dict(), n_layers=model.n_layers,
@@ -261,6 +280,7 @@ def train_run(
             triton_version=triton_version() if kernels == "triton" else None,
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
+            compiled=compiled, tf32=_tf32(precision, accelerator),
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = _Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,
