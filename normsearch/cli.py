@@ -191,6 +191,9 @@ def run(
     name: Optional[str] = typer.Option(None, help="Study name (default: the recipe's)."),
     devices: Optional[str] = typer.Option(None, help="GPU ids, e.g. 0,1,2,3: one worker per GPU (per "
                                           "train.devices GPUs when a trial spans several), progress shown together."),
+    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers on the study (per GPU group with "
+                                       "--devices), sharing its runs; auto (the default, search.jobs): split "
+                                       "the CPU cores by what is fastest for the model, one per GPU group."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
     worker_index: int = typer.Option(0, hidden=True, help="Offset of this worker's sampler seed."),
     progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
@@ -208,10 +211,13 @@ def run(
     ensure_runnable(r, storage=url)
     stop_on_sigterm()
     _setup_logging(verbose)
-    if devices is not None:
-        _run_on_devices(recipe, extra, r, devices, url, verbose)
-        return
-    from .progress import JsonLines, RunBar
+    if progress_json is None and (devices is not None or jobs != "1"):
+        from .search._workers import parse_jobs
+
+        if _run_workers(recipe, extra, r, devices, parse_jobs(jobs or r.search.jobs), storage, verbose):
+            return
+    from .progress import JsonLines
+    from .progress import RunBar
     from .ranking import DEFAULT_AGAINST
     from .search import StudyInterrupted, run_study
 
@@ -227,23 +233,30 @@ def run(
         _print_report(handle, handle.folder, DEFAULT_AGAINST)
 
 
-def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Optional[str], verbose: bool):
-    """One worker process per GPU (or per group of train.devices GPUs), all on one study, their
-    progress shown together; then the report."""
+def _run_workers(recipe: Path, extra: list[str], r, devices: Optional[str], jobs, storage: Optional[str],
+                 verbose: bool) -> bool:
+    """Several worker processes on one study (--jobs, one or more per GPU with --devices), their
+    progress shown together; then the report. False when one worker in this process will do."""
     import torch
 
     from .progress import WorkersView
     from .ranking import DEFAULT_AGAINST
     from .search import open_results
-    from .search._workers import device_groups, run_on_devices, worker_names
+    from .search._workers import device_groups, plan_workers, run_workers
 
-    groups = device_groups(devices, r.train.devices)
-    if not torch.cuda.device_count():
-        typer.echo(f"warning: no CUDA device here: {len(groups)} workers run on the CPU", err=True)
-    url = storage or r.storage_url
-    names = worker_names(groups)
+    groups = device_groups(devices, r.train.devices) if devices is not None else None
+    gpu = bool(torch.cuda.device_count()) and r.train.device != "cpu"
+    workers = plan_workers(jobs, r, groups, gpu)
+    if groups is None and len(workers) == 1:
+        return False
+    if groups is not None and not torch.cuda.device_count():
+        typer.echo(f"warning: no CUDA device here: {len(workers)} workers run on the CPU", err=True)
+    from .search import open_study
+
+    url = open_study(r, storage).storage_url  # created (and the recipe checked) once, before the workers
+    names = [w.name for w in workers]
     with WorkersView(r.name, names) as view:
-        codes = run_on_devices(recipe, extra, r, groups, url, verbose, view, sigterm=lambda: interrupted_code() == 143)
+        codes = run_workers(recipe, extra, workers, url, verbose, view, sigterm=lambda: interrupted_code() == 143)
     if any(c in (130, 143) for c in codes):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
@@ -253,6 +266,7 @@ def _run_on_devices(recipe: Path, extra: list[str], r, devices: str, storage: Op
                               f"{codes}); their errors are above; finished trials are kept")
     handle = open_results(None, url, r.name)
     _print_report(handle, r.folder, DEFAULT_AGAINST)
+    return True
 
 
 @app.command(context_settings=OVERRIDES)

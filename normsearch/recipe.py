@@ -70,6 +70,8 @@ class TrainConfig:
     spike_factor: float = 1.25  # a train loss above this times its running average counts as a spike
     strategy: Literal["auto", "ddp", "fsdp"] = "auto"  # a trial on several devices (GPU)
     devices: int = 1  # devices per trial
+    compile: bool | Literal["auto"] = "auto"  # torch.compile the model; auto: on GPU only (see README)
+    logger: Literal["none", "csv", "tensorboard", "wandb", "mlflow"] = "none"  # curves of every run, offline
 
     def __post_init__(self):
         checks = [
@@ -115,6 +117,7 @@ class SearchConfig:
     startup_trials: int = 5  # TPE/GP: random trials before the model
     heartbeat: int = 60  # seconds between a running trial's heartbeats (RDB/journal storage)
     grace: int = 600  # a trial silent for this long is dead and is retried
+    jobs: int | Literal["auto"] = "auto"  # local workers on the study (normsearch run --jobs)
 
     def __post_init__(self):
         from .baselines import BASELINES
@@ -138,6 +141,8 @@ class SearchConfig:
             raise NormsearchError("search.sampler nsga2 is for two objectives; set search.second_objective")
         if self.pruner != "none" and self.second_objective != "none":
             raise NormsearchError("pruning is for one objective; set search.pruner: none with a second objective")
+        if self.jobs != "auto" and self.jobs < 1:
+            raise NormsearchError("search.jobs must be >= 1 or auto")
         if self.grace <= 2 * self.heartbeat:
             raise NormsearchError("search.grace must be more than twice search.heartbeat")
 

@@ -39,6 +39,7 @@ log = logging.getLogger("normsearch")
 
 DIAG_WINDOWS = 8  # validation windows used for the gradient and logit diagnostics
 EVAL_BATCH = 32
+READ_EVERY = 16  # on a GPU, the training loss is read back once every this many steps
 
 
 class Progress(Protocol):
@@ -82,13 +83,16 @@ def optimizer(model: Transformer, train: TrainConfig, lr: float):
 class RunModule(pl.LightningModule):
     """The model of one placement, its loss and its optimiser."""
 
-    def __init__(self, model: Transformer, train: TrainConfig, lr: float):
+    def __init__(self, model: Transformer, train: TrainConfig, lr: float, compiled: bool = False):
         super().__init__()
         self.model, self.train_cfg, self.lr = model, train, lr
+        # the training forward compiled; evaluation and diagnostics run the model as it is (outside
+        # the module's children, so that parameters and state are the model's alone)
+        object.__setattr__(self, "step_model", torch.compile(model) if compiled else model)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        logits = self.model(x)
+        logits = self.step_model(x)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
 
     def configure_optimizers(self):
@@ -179,6 +183,21 @@ def _precision(train: TrainConfig, accelerator: str) -> str:
     return "bf16-mixed" if accelerator == "gpu" else "32-true"
 
 
+def _compiled(train: TrainConfig, accelerator: str) -> bool:
+    """``train.compile``: auto compiles on GPUs only. On CPU, at this project's model sizes, compiling
+    did not pay for itself (results/throughput/README.md)."""
+    return accelerator == "gpu" if train.compile == "auto" else bool(train.compile)
+
+
+def _tf32(precision: str, accelerator: str) -> bool:
+    """TF32 matmuls under 32-true on GPUs that have them (Ampere and later); True when on."""
+    if accelerator != "gpu" or precision != "32-true" or torch.cuda.get_device_capability()[0] < 8:
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
 def _accelerator(train: TrainConfig) -> str:
     if train.device == "cuda" and not torch.cuda.is_available():
         raise NormsearchError("train.device is cuda but no CUDA device is available; use device: auto or cpu")
@@ -251,7 +270,8 @@ def train_run(
     with quiet(verbose):
         pl.seed_everything(seed, workers=False, verbose=False)
         net = build_model(placement, model, kernels=kernels)
-        module = RunModule(net, train, lr)
+        compiled = _compiled(train, accelerator)
+        module = RunModule(net, train, lr, compiled)
         device = torch.device("cuda" if accelerator == "gpu" else "cpu")
         result = RunResult(
             arch_id=net.arch_id, label=label, placement=placement.to_dict(), n_layers=model.n_layers,
@@ -261,6 +281,7 @@ def train_run(
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
             unigram_bpb=tokens.unigram_bpb(),
+            compiled=compiled, tf32=_tf32(precision, accelerator),
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = _Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,
@@ -401,6 +422,11 @@ class _Monitor(pl.Callback):
         self.last_loss: float | None = None
         self.t0 = time.perf_counter()
         self.log_every = max(1, train.steps // 200)
+        # On a GPU, reading the loss stalls the host until the step is done: read the losses of
+        # READ_EVERY steps at once (a divergence is then seen at most that many steps late). On CPU
+        # reading is free: every step.
+        self.read_every = 1
+        self.pending: list[tuple[int, torch.Tensor]] = []
 
     def _autocast(self, device):
         if self.precision.startswith("bf16"):
@@ -435,13 +461,30 @@ class _Monitor(pl.Callback):
         trainer.should_stop = True
 
     def on_train_start(self, trainer, module):
+        if module.device.type != "cpu":
+            self.read_every = min(READ_EVERY, self.train.eval_every)
         self._evaluate(trainer, module, 0)
         self.t0, self.eval_time = time.perf_counter(), 0.0  # throughput is timed from here
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
         step = trainer.global_step
         self.steps = step
+        self.pending.append((step, (outputs["loss"] if isinstance(outputs, dict) else outputs).detach()))
+        if step % self.read_every and step > 1 and step % self.train.eval_every and step < self.train.steps:
+            return
+        steps, losses = zip(*self.pending)
+        self.pending = []
+        values = torch.stack(losses).float().tolist() if len(losses) > 1 else [float(losses[0])]
+        for s, loss in zip(steps, values):
+            if self._step_end(trainer, module, s, loss):
+                break
+        if trainer.world_size > 1:  # every rank stops together, or DDP hangs: one all-reduce per read
+            mine = self.result.diverged
+            if trainer.strategy.reduce_boolean_decision(mine, all=False) and not mine:
+                self._diverge(trainer, step, "the loss diverged on another device")
+
+    def _step_end(self, trainer, module, step: int, loss: float) -> bool:
+        """The checks of one step, given its loss; True when the run stops."""
         self.last_loss = loss
         if step % self.log_every == 0 or step == 1:
             self.result.train_loss.append([step, loss])
@@ -452,12 +495,9 @@ class _Monitor(pl.Callback):
             reason = "train loss is NaN or infinite"
         elif loss > self.train.diverge_factor * self.first_loss:
             reason = f"train loss {loss:.3g} > {self.train.diverge_factor:g} x first loss {self.first_loss:.3g}"
-        if trainer.world_size > 1:  # every rank stops together, or DDP hangs
-            if trainer.strategy.reduce_boolean_decision(reason is not None, all=False) and reason is None:
-                reason = "the loss diverged on another device"
         if reason is not None:
             self._diverge(trainer, step, reason)
-            return
+            return True
         if self.ema is not None and step > 10:
             spike = loss > self.train.spike_factor * self.ema
             if spike and not self.in_spike:
@@ -469,6 +509,7 @@ class _Monitor(pl.Callback):
         if self.progress and (step % 5 == 0 or step >= self.train.steps):
             elapsed = max(time.perf_counter() - self.t0 - self.eval_time, 1e-9)
             self.progress.update(step, loss, step * self.tokens_per_step / elapsed)
+        return trainer.should_stop
 
     def on_train_end(self, trainer, module):
         # Steady-state training throughput: from the first step to the last, evaluations excluded.

@@ -181,7 +181,7 @@ RECIPES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*.y
 TINY_OVERRIDES = ["--model.n_layers", "2", "--model.d_model", "32", "--model.n_heads", "2",
                   "--model.context_length", "32", "--train.steps", "4", "--train.warmup", "0", "--train.eval_every", "2",
                   "--train.seeds", "[0]", "--train.lr", "[3.0e-3]", "--search.startup_trials", "1",
-                  "--data.eval_windows", "4"]
+                  "--data.eval_windows", "4", "--search.jobs", "1"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -8,7 +8,8 @@ train: {{steps: {steps}, batch_size: 4, warmup: 2, eval_every: 5, lr: [3.0e-3], 
 space:
   kind: rmsnorm
   sites: {{attn_in: [none, norm], attn_out: [none, norm], ffn_in: [none, norm], final: [norm]}}
-search: {{sampler: {sampler}, trials: {trials}, baselines: [pre_ln, post_ln], heartbeat: 1, grace: 5, startup_trials: 2}}
+search: {{sampler: {sampler}, trials: {trials}, baselines: [pre_ln, post_ln], heartbeat: 1, grace: 5, startup_trials: 2,
+         jobs: 1}}
 results_dir: {results}
 """
 

@@ -11,7 +11,9 @@ ask-and-tell, driven by normsearch; compare ``optuna/study/_optimize.py``).
   trial so that the next run redoes it;
 - a storage that goes away mid-run is waited for: every read and write is retried with backoff
   (:func:`normsearch.storage.retry`);
-- every finished run is written to ``results/<name>/runs/`` before it is sent to storage (:mod:`._disk`).
+- every finished run is written to ``results/<name>/runs/`` before it is sent to storage (:mod:`._disk`);
+- the unit of parallel work on one machine is a run: a worker with no architecture of its own to
+  train helps train the runs of one that another worker on this host is training (:mod:`._claims`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +29,21 @@ from .. import storage as _storage
 from ..baselines import baseline as get_baseline
 from ..errors import NormsearchError
 from ..recipe import Recipe
-from ..records import A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_WORKER, ArchRecord, RunResult, run_key
+from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_PLACEMENT, A_WORKER, ArchRecord, RunResult,
+                       run_key)
 from ..scoring import Score, score_runs
 from ..spec import Placement
 from ..storage import retry
 from . import _optuna
 from ._census import Census, census
+from ._claims import Registered, cores, live_workers, thread_share, try_claim
 from ._disk import add_finished, keep_best_checkpoint, read_run, run_path, sync_local_results, write_json
-from ._liveness import Heartbeat, enqueue_retry, reap_dead_trials, worker_id
+from ._liveness import Heartbeat, alive_here, enqueue_retry, reap_dead_trials, worker_id
 from ._open import StudyHandle, directions, open_study
 
 log = logging.getLogger("normsearch")
+
+A_SHARED = "runs_shared"  # a trial attribute: its worker lets others on its host train its runs
 
 
 class StudyInterrupted(Exception):
@@ -89,6 +96,10 @@ class Search:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self):
+        with Registered():
+            self._run()
+
+    def _run(self):
         s = self.recipe.search
         sync_local_results(self.handle)
         self.enqueue_baselines()
@@ -102,7 +113,8 @@ class Search:
             if need <= 0 and not c.running and not c.waiting:
                 return
             if not c.waiting and need <= len(c.running):
-                time.sleep(min(2.0, s.heartbeat))  # others are on it; wait in case they die
+                if not self.help(c):  # others are on it: help them, or wait in case they die
+                    time.sleep(min(0.5 if self.shares_runs() else 2.0, s.heartbeat))
                 continue
             if proposals_without_news > 50 * max(1, need):
                 log.warning("the sampler keeps proposing architectures that were already evaluated; "
@@ -175,7 +187,8 @@ class Search:
             if not earlier:
                 break
             with Heartbeat(self.study, tid, s.heartbeat):
-                time.sleep(min(2.0, s.heartbeat))
+                if not self.help(c):
+                    time.sleep(min(2.0, s.heartbeat))
             reap_dead_trials(self.study, s.grace, s.heartbeat)
         if not name:  # a new searched architecture: is it one too many (a race between workers)?
             lower = [t for t in c.running if t.number < trial.number]
@@ -246,49 +259,136 @@ class Search:
               "store a reused result")
         return "reused"
 
-    def train(self, trial, placement: Placement, arch: str, label: str):
-        """Every (seed, lr) run of the architecture; runs already on disk are not redone."""
-        from optuna.trial import TrialState
+    def shares_runs(self) -> bool:
+        """Whether runs are shared between the workers of this host: not under a pruner, which must
+        see every architecture's runs in order."""
+        return self.recipe.search.pruner == "none"
 
+    def _train_config(self):
+        """The recipe's training settings, with this worker's share of the cores when
+        ``train.threads`` is not set (a warning when it is set and oversubscribes them)."""
+        t = self.recipe.train
+        workers = live_workers()
+        if t.threads is None:
+            return replace(t, threads=thread_share(workers))
+        if t.threads * workers > cores() and not getattr(self, "_warned", False):
+            self._warned = True
+            log.warning("%d normsearch workers on this host with train.threads %d each oversubscribe its %d cores; "
+                        "start one `normsearch run --jobs %d` instead, or set --train.threads %d",
+                        workers, t.threads, cores(), workers, max(1, cores() // workers))
+        return t
+
+    def _train_one(self, placement, t, seed: int, lr: float, label: str, path: Path, on_eval=None) -> RunResult:
+        """Train one run (its claim held by the caller) and write it to disk unless pruned."""
         from ..train import train_run
 
-        t = self.recipe.train
-        runs: list[RunResult] = []
-        state = TrialState.COMPLETE
-        for i, (seed, lr) in enumerate(t.runs):
-            path = run_path(self.handle.runs_dir, arch, seed, lr)
-            offset = i * t.steps
-            pruned = False
+        result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
+                           tokens=self._tokens(), progress=self.display, on_eval=on_eval, verbose=self.verbose,
+                           checkpoint=path.with_suffix(".safetensors"), label=label)
+        result.worker = self.worker
+        if not result.pruned:
+            write_json(path, result.to_dict())
+        return result
 
-            def on_eval(step, value, offset=offset):
+    def _await_run(self, placement, t, seed: int, lr: float, label: str, path: Path) -> RunResult:
+        """A run another worker on this host has claimed: its result once on disk, or trained here
+        when that worker died (its claim goes stale) or gave the run up."""
+        while True:
+            if path.is_file():
+                return read_run(path)
+            claim = try_claim(path, self.worker)
+            if claim is not None:
+                with claim:
+                    return self._train_one(placement, t, seed, lr, label, path)
+            time.sleep(0.2)
+
+    def train(self, trial, placement: Placement, arch: str, label: str):
+        """Every (seed, lr) run of the architecture; runs already on disk are not redone, runs that a
+        helper on this host is training are waited for. The result is the same as if this worker had
+        trained every run itself, in order."""
+        from optuna.trial import TrialState
+
+        t = self._train_config()
+        tid = _optuna.trial_id(trial)
+        share = self.shares_runs()
+        if share:
+            _set_attrs(self.study, tid, {A_SHARED: True})
+        results: dict[int, RunResult] = {}
+        deferred: list[int] = []
+        state = TrialState.COMPLETE
+
+        def on_eval_at(i):
+            def on_eval(step, value):
                 if self.multi or not math.isfinite(value):
                     return False
-                retry(lambda: trial.report(value, offset + step), "report an evaluation")
+                retry(lambda: trial.report(value, i * t.steps + step), "report an evaluation")
                 return retry(trial.should_prune, "ask the pruner")
+            return on_eval
 
-            if path.is_file():
-                result = read_run(path)
+        def finish(i, result, live: bool) -> bool:
+            """Record run i; replay its evaluations to the pruner unless they were reported live."""
+            pruned = result.pruned
+            if not live:
                 for point in result.curve[1:]:
-                    if on_eval(point["step"], point["val_bpb"]):
+                    if on_eval_at(i)(point["step"], point["val_bpb"]):
                         pruned = True
                         break
+            seed, lr = t.runs[i]
+            _set_attrs(self.study, tid, {run_key(seed, lr): result.compact()})
+            results[i] = result
+            return pruned
+
+        for i, (seed, lr) in enumerate(t.runs):
+            path = run_path(self.handle.runs_dir, arch, seed, lr)
+            claim = None if path.is_file() else try_claim(path, self.worker)
+            if claim is not None:
+                with claim:
+                    result, live = self._train_one(placement, t, seed, lr, label, path, on_eval_at(i)), True
+            elif path.is_file():
+                result, live = read_run(path), False
+            elif share:  # a helper trains it: take the next one meanwhile
+                deferred.append(i)
+                continue
             else:
-                result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
-                                   tokens=self._tokens(), progress=self.display, on_eval=on_eval,
-                                   verbose=self.verbose, checkpoint=path.with_suffix(".safetensors"), label=label)
-                pruned = result.pruned
-                if not pruned:
-                    write_json(path, result.to_dict())
-            _set_attrs(self.study, _optuna.trial_id(trial), {run_key(seed, lr): result.compact()})
-            runs.append(result)
-            if pruned:
+                result, live = self._await_run(placement, t, seed, lr, label, path), False
+            if finish(i, result, live):
                 state = TrialState.PRUNED
                 break
+        for i in deferred:
+            seed, lr = t.runs[i]
+            finish(i, self._await_run(placement, t, seed, lr, label,
+                                      run_path(self.handle.runs_dir, arch, seed, lr)), False)
+        runs = [results[i] for i in sorted(results)]
         score = score_runs(runs, self.recipe.search.objective) if state == TrialState.COMPLETE else None
         if score is not None:
             seed = min(score.seeds_at_best, key=score.seeds_at_best.__getitem__)
             keep_best_checkpoint(self.handle, arch, seed, score.best_lr, score.seeds_at_best[seed])
         return state, runs, score
+
+    def help(self, c: Census) -> bool:
+        """Train one unclaimed run of an architecture that another live worker on this host is
+        training (the newest runs first: its owner trains from the oldest). False when there is none."""
+        if not self.shares_runs():
+            return False
+        L = self.recipe.model.n_layers
+        for tr in sorted(c.running, key=lambda tr: tr.number):
+            ua = tr.user_attrs
+            if (not ua.get(A_SHARED) or ua.get(A_WORKER) == self.worker or alive_here(ua.get(A_WORKER)) is not True
+                    or ua.get(A_ARCH) in c.done or not ua.get(A_PLACEMENT)):
+                continue
+            placement = Placement.from_dict(ua[A_PLACEMENT])
+            arch = ua[A_ARCH]
+            if placement.arch_id(L) != arch:
+                continue
+            for seed, lr in reversed(self.recipe.train.runs):
+                path = run_path(self.handle.runs_dir, arch, seed, lr)
+                claim = None if path.is_file() else try_claim(path, self.worker)
+                if claim is None:
+                    continue
+                with claim:
+                    self._train_one(placement, self._train_config(), seed, lr, ua.get(A_LABEL) or arch, path)
+                return True
+        return False
 
     def _tokens(self):
         if self.tokens is None:

@@ -14,7 +14,8 @@ from ..records import A_RECIPE
 from .._secrets import mask_recipe
 from ..storage import mask, open_storage, retry
 
-FINGERPRINT_EXCLUDE = {"train": {"threads", "kernels", "device", "devices", "strategy"}, "data": {"cache_dir"}}
+FINGERPRINT_EXCLUDE = {"train": {"threads", "kernels", "device", "devices", "strategy", "compile", "logger"},
+                       "data": {"cache_dir"}}
 
 
 @dataclass

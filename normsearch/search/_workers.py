@@ -1,19 +1,88 @@
-"""Local workers: one ``normsearch run`` process per GPU (or per group of ``train.devices`` GPUs), all
-on one study, their progress shown together."""
+"""Local workers: ``normsearch run --jobs N`` and ``--devices``. Each worker is one ``normsearch run``
+process on the same study (with ``--devices``, on its own GPU or group of ``train.devices`` GPUs;
+``--jobs`` workers per group), their progress shown together. On CPU the cores are split between
+the workers: ``--jobs auto`` picks the split that is fastest for the model's size.
+
+Workers of one machine share work by the run (:mod:`._claims`): one with no architecture of its own
+trains a run of another's, so a study with few architectures left still fills the machine.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import NormsearchError
 from ..recipe import Recipe
+from ._claims import cores
 
 log = logging.getLogger("normsearch")
+
+# The d_model from which one run trains faster on 2 threads than two runs on 1 thread each do
+# together. Measured on the 2-core machine this project is developed on: quickstart (d_model 64)
+# trains 28-34k tokens/s on 2 threads, 23k + 24k on two 1-thread runs side by side. Wider models
+# spend more of a step in large matrix products, which use more threads well.
+THREADS_BY_WIDTH = ((512, 1), (1024, 2), (2048, 4))  # (d_model below this, threads per job)
+MAX_THREADS_PER_JOB = 8
+
+
+def threads_per_job(recipe: Recipe) -> int:
+    """The fastest threads per run for this model on CPU (see THREADS_BY_WIDTH)."""
+    for width, threads in THREADS_BY_WIDTH:
+        if recipe.model.d_model < width:
+            return threads
+    return MAX_THREADS_PER_JOB
+
+
+def parse_jobs(value) -> int | str:
+    """``--jobs`` / ``search.jobs``: a positive integer or ``auto``."""
+    if value is None or value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise NormsearchError(f"--jobs {value!r}: give a number of workers (>= 1) or auto") from None
+    if n < 1:
+        raise NormsearchError(f"--jobs {value}: give a number of workers (>= 1) or auto")
+    return n
+
+
+@dataclass
+class Worker:
+    name: str
+    env: dict = field(default_factory=dict)  # added to this process's environment
+    args: list = field(default_factory=list)  # added to its command line
+
+
+def plan_workers(jobs: int | str, recipe: Recipe, groups: list[list[int]] | None, gpu: bool) -> list[Worker]:
+    """The local workers of ``--jobs`` (and ``--devices``: that many per GPU group), each with its
+    share of the cores as ``--train.threads`` unless the recipe sets it. ``auto`` is one worker
+    per GPU group on GPUs; on CPU it splits the cores by :func:`threads_per_job`, into no more
+    workers than the study has runs."""
+    threads = recipe.train.threads
+    if jobs == "auto":
+        if gpu or groups is not None:
+            jobs = 1
+        else:
+            per = threads or min(threads_per_job(recipe), cores())
+            runs = (len(recipe.search.baselines) + recipe.search.trials) * len(recipe.train.runs)
+            jobs, threads = max(1, min(cores() // per, runs)), per
+    total = jobs * (len(groups) if groups else 1)
+    args = ["--train.threads", str(threads or max(1, cores() // total))]
+    if groups is None:
+        return [Worker(f"job{i}", args=args) for i in range(jobs)]
+    out = []
+    for g in groups:
+        ids = ",".join(map(str, g))
+        for j in range(jobs):
+            out.append(Worker(f"gpu{ids}" + (f"/{j}" if jobs > 1 else ""), {"CUDA_VISIBLE_DEVICES": ids}, args))
+    return out
 
 
 def device_groups(devices: str, per_worker: int) -> list[list[int]]:
@@ -37,20 +106,30 @@ def device_groups(devices: str, per_worker: int) -> list[list[int]]:
 WORKER_STORAGE = "NORMSEARCH_WORKER_STORAGE"
 
 
-def run_on_devices(recipe_path: Path, extra: list[str], recipe: Recipe, groups: list[list[int]], url: str,
-                   verbose: bool, view, sigterm=lambda: False) -> list[int]:
-    """Start one worker per group with ``CUDA_VISIBLE_DEVICES`` set to it, feed their progress (JSON
-    lines) to ``view.handle``, and wait for them. Returns their exit codes. A Ctrl-C reaches the
-    workers too, and they mark their trials before they exit with 130; a SIGTERM reaches this process
-    only (``sigterm()`` says which it was), so it is passed on to them."""
-    names = worker_names(groups)
+def _die_with_parent():  # pragma: no cover - runs in the child between fork and exec
+    """A worker whose parent is gone (``kill -9`` of ``normsearch run --jobs``) goes too; its trial
+    is then reaped as a dead worker's and retried, as the parent's would be."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def run_workers(recipe_path: Path, extra: list[str], workers: list[Worker], url: str, verbose: bool,
+                view, sigterm=lambda: False) -> list[int]:
+    """Start the workers, feed their progress (JSON lines) to ``view.handle``, and wait for them.
+    Returns their exit codes. A Ctrl-C reaches the workers too, and they mark their trials before they
+    exit with 130; a SIGTERM reaches this process only (``sigterm()`` says which it was), so it is
+    passed on to them. The storage URL goes to them in their environment, never on a command line."""
     procs = []
-    for i, (g, worker) in enumerate(zip(groups, names)):
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, g)), WORKER_STORAGE: url}
-        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe_path), *extra,
-               "--storage", f"env:{WORKER_STORAGE}", "--worker-index", str(i), "--progress-json", worker]
-        cmd += ["--verbose"] if verbose else []
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    for i, w in enumerate(workers):
+        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe_path), *extra, *w.args,
+               "--storage", f"env:{WORKER_STORAGE}", "--jobs", "1", "--worker-index", str(i), "--progress-json",
+               w.name] + (["--verbose"] if verbose else [])
+        procs.append(subprocess.Popen(cmd, env={**os.environ, **w.env, WORKER_STORAGE: url}, stdout=subprocess.PIPE,
+                                      text=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None))
     readers = [threading.Thread(target=lambda p=p: [view.handle(line) for line in p.stdout], daemon=True)
                for p in procs]
     for t in readers:
@@ -66,7 +145,3 @@ def run_on_devices(recipe_path: Path, extra: list[str], recipe: Recipe, groups: 
     for t in readers:
         t.join(timeout=5)
     return codes
-
-
-def worker_names(groups: list[list[int]]) -> list[str]:
-    return [f"gpu{','.join(map(str, g))}" for g in groups]

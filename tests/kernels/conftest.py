@@ -4,16 +4,26 @@
 ``normsearch.kernels.triton_norms`` is first imported, so it is set here at import time and the
 module imported at once. Then the variable is put back as it was, so that tests elsewhere in the same
 session still see a machine without CUDA, and it is set again around each test in this folder
-(``resolve_backend`` reads it when called). On a CUDA machine, ``TRITON_INTERPRET=0 pytest
-tests/kernels`` compiles the kernels and runs the same tests on the GPU.
+(``resolve_backend`` reads it when called). On a CUDA machine the variable defaults to 0: the
+kernels are compiled and the same tests run on the GPU (``TRITON_INTERPRET=1`` forces the
+interpreter there).
 """
 
 import os
 
 import pytest
 
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 _saved = os.environ.get("TRITON_INTERPRET")
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# the interpreter only where there is no CUDA device: on a GPU the kernels are compiled and tested there
+os.environ.setdefault("TRITON_INTERPRET", "0" if _has_cuda() else "1")
 INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 try:
     import normsearch.kernels.triton_norms  # noqa: F401  (defines the kernels while the variable is set)
