@@ -11,7 +11,7 @@ from normsearch.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--model.n_layers", "2", "--model.d_model", "32", "--model.n_heads", "2", "--model.context_length", "32",
         "--data.eval_windows", "4", "--train.steps", "6", "--train.batch_size", "4", "--train.warmup", "1",
-        "--train.eval_every", "3", "--train.seeds", "[0, 1]", "--search.trials", "1", "--search.jobs", "1"]
+        "--train.eval_every", "3", "--train.seeds", "[0, 1]", "--search.trials", "1"]
 
 
 def quickstart_command() -> list[str]:
