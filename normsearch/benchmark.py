@@ -47,7 +47,8 @@ def bare_loop(placement, model_cfg, train, tokens, seed: int, lr: float, device,
 
     from .kernels import resolve_backend
     from .model import build_model
-    from .train import READ_EVERY, optimizer
+    from ._monitor import READ_EVERY
+    from .train import optimizer
 
     torch.manual_seed(seed)
     model = build_model(placement, model_cfg, kernels=resolve_backend(train.kernels)).to(device)
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     from .data import DataConfig, load_tokens
     from .model import build_model
     from .recipe import TrainConfig
-    from .train import _diagnostics, evaluate, train_run
+    from ._monitor import _diagnostics, evaluate
+    from .train import train_run
 
     if args.threads:
         torch.set_num_threads(args.threads)

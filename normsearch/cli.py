@@ -167,7 +167,7 @@ def train(
     with RunBar() as bar:
         result = train_run(p, r.model, r.data, r.train, seed=r.train.seeds[0] if seed is None else seed,
                            lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
-                           checkpoint=checkpoint)
+                           checkpoint=checkpoint, log_dir=r.folder / "logs", log_group=r.name)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
 
 

@@ -64,7 +64,7 @@ class RunResult:
     steps: int = 0  # steps actually trained
     curve: list[dict] = field(default_factory=list)  # per evaluation: step, val_bpb, train_loss
     train_loss: list[list[float]] = field(default_factory=list)  # [step, loss] every few steps
-    diagnostics: list[dict] = field(default_factory=list)  # per evaluation, see normsearch.train._diagnostics
+    diagnostics: list[dict] = field(default_factory=list)  # per evaluation, see normsearch._monitor._diagnostics
     wall_time: float = 0.0
     tokens_per_s: float = 0.0
     n_params: int = 0

@@ -284,7 +284,8 @@ class Search:
 
         result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
                            tokens=self._tokens(), progress=self.display, on_eval=on_eval, verbose=self.verbose,
-                           checkpoint=path.with_suffix(".safetensors"), label=label)
+                           checkpoint=path.with_suffix(".safetensors"), label=label,
+                           log_dir=self.handle.folder / "logs", log_group=self.recipe.name)
         result.worker = self.worker
         if not result.pruned:
             write_json(path, result.to_dict())
