@@ -39,7 +39,14 @@ def verdict_line(ranking: Ranking, a: str) -> str:
     """One sentence: which found placements beat, lose to, or are equivalent to baseline ``a``."""
     comps = [(r, r.comparison(a)) for r in ranking.ranked if not r.is_baseline and r.comparison(a) is not None]
     if not comps:
-        return f"No found placement has finished yet to compare with `{a}`."
+        others = [(r, r.comparison(a)) for r in ranking.ranked if r.comparison(a) is not None]
+        if not others:
+            return f"nothing has finished yet to compare with `{a}`."
+        by = {v: [r.label for r, c in others if c.verdict == v] for v in ("better", "worse", "equivalent", "undecided")}
+        words = {"better": "better", "worse": "worse", "equivalent": f"equivalent within ±{ranking.judgement.margin:g}",
+                 "undecided": "undecided"}
+        return ("no searched placement; among the other baselines, under Holm: "
+                + "; ".join(f"{words[v]}: {', '.join(names)}" for v, names in by.items() if names) + ".")
     by = {v: [r.label for r, c in comps if c.verdict == v] for v in ("better", "worse", "equivalent", "undecided")}
     parts = []
     if by["better"]:
