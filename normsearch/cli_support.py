@@ -105,7 +105,9 @@ def stop_on_sigterm():
     def handler(signum, frame):
         _SIGTERM["received"] = True
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
+        from .errors import Terminated
+
+        raise Terminated
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -115,7 +117,6 @@ def interrupted_code() -> int:
     return 143 if _SIGTERM["received"] else 130
 
 
-#: the files in a folder that mark it as one normsearch writes reports into
 def bench_errors(main, args: list[str]) -> int:
     """Run a benchmark's argparse main; its usage errors become one ``error:`` line too."""
     import argparse

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that the same clean-up runs."""
+
+
 class NormsearchError(Exception):
     """Bad input: a broken recipe, an unknown site, a missing file, a dead database.
 

@@ -3,6 +3,7 @@ marked for a rerun, and the same command resumes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -42,6 +43,9 @@ def test_sigterm_stops_a_run_and_the_rerun_resumes(tmp_path):
     with sqlite3.connect(db) as con:
         states = [s for (s,) in con.execute("SELECT state FROM trials ORDER BY number")]
     assert "RUNNING" not in states and "FAIL" in states and "WAITING" in states, states  # marked for a rerun
+    with sqlite3.connect(db) as con:
+        why = [json.loads(v) for (v,) in con.execute("SELECT value_json FROM trial_user_attributes WHERE key = 'failure'")]
+    assert why == ["interrupted (SIGTERM)"], why
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(db) as con:

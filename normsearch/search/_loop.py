@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import storage as _storage
 from ..baselines import baseline as get_baseline
-from ..errors import NormsearchError
+from ..errors import NormsearchError, Terminated
 from ..recipe import Recipe
 from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_PLACEMENT, A_WORKER, ArchRecord, RunResult,
                        run_key)
@@ -124,8 +124,9 @@ class Search:
             try:
                 outcome = self.evaluate(trial)
                 errors = 0
-            except KeyboardInterrupt:
-                self._fail(trial, "interrupted (Ctrl-C or SIGTERM)", retry_it=True)
+            except KeyboardInterrupt as e:
+                self._fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
+                           retry_it=True)
                 raise StudyInterrupted() from None
             except NormsearchError:
                 self._fail(trial, "stopped by an error", retry_it=True)
