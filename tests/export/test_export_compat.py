@@ -9,7 +9,7 @@ import torch
 
 from normsearch.export import load_exported
 
-V1 = Path(__file__).parent / "fixtures" / "export_v1"
+V1 = Path(__file__).resolve().parents[1] / "fixtures" / "export_v1"
 FOLDERS = sorted(p.name for p in V1.iterdir() if p.is_dir())
 
 pytestmark = pytest.mark.usefixtures("one_thread")

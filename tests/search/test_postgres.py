@@ -28,7 +28,7 @@ from normsearch.recipe import load_recipe
 from normsearch.records import A_ARCH, A_REUSED, A_WORKER
 from normsearch.search import census, open_results, reap_dead_trials, run_study
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("NORMSEARCH_TEST_PG_URL")
 PG_DIR = os.environ.get("NORMSEARCH_TEST_PG_DIR")
 

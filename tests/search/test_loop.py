@@ -19,7 +19,7 @@ from normsearch.search import census, open_results, run_study
 
 from tiny import write_tiny_recipe
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 def tiny_recipe(tmp_path, name="tiny", steps=10, trials=3, sampler="tpe"):
     return write_tiny_recipe(tmp_path, name, steps, trials, sampler)
