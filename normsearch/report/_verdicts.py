@@ -147,7 +147,8 @@ def comparisons_section(ranking: Ranking) -> list[str]:
         for c in comps:
             ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "-"
             diff = f"{c.diff:+.4f}" if c.diff is not None else "-"
-            need = "-" if c.verdict != "undecided" else (str(c.seeds_needed) if c.seeds_needed else "> 1000")
+            need = ("-" if c.verdict != "undecided" or c.diff is None
+                    else str(c.seeds_needed) if c.seeds_needed else "> 1000")
             lines.append(f"| {_md(c.arch)} | {c.n} | {diff} | {ci} | {num(c.p_value, '{:.3g}')} | "
                          f"{num(c.p_holm, '{:.3g}')} | {num(c.q_bh, '{:.3g}')} | {num(c.p_improve, '{:.2f}')} | "
                          f"{c.verdict} | {need} |")

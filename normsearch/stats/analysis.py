@@ -71,7 +71,7 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
     tiers = {a: lrs[a].failure_rate for a in order}
     ranks = posterior_ranks(samples, fit, tiers, n_draws, seed) if fit is not None else None
     archs = {}
-    n_ranked = len(ranks.archs) if ranks else 0
+    n_ranked = len(ranks.archs) if ranks else sum(bool(s) for s in samples.values())
     n_trained = sum(bool(s) for s in samples.values())  # architectures with a successful run
     for i, a in enumerate(order, 1):
         lr = lrs[a]
@@ -85,8 +85,9 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
             failure_rate=n_failed / n_runs if n_runs else 0.0, failure_ci_low=lo, failure_ci_high=hi,
             fails_at_best_lr=lr.fails_at_best_lr, interval=interval(samples, a, fit),
             p_best=ranks.p_best[a] if ranked else 0.0 if best is None else 1.0 if n_trained == 1 else None,
-            rank_low=ranks.rank_low[a] if ranked else n_ranked + 1,
-            rank_high=ranks.rank_high[a] if ranked else len(order), basin=arch_basin(lr))
+            rank_low=ranks.rank_low[a] if ranked else 1 if best is not None and ranks is None else n_ranked + 1,
+            rank_high=(ranks.rank_high[a] if ranked else n_trained if best is not None and ranks is None
+                       else len(order)), basin=arch_basin(lr))
     pairs: list[tuple[str, str]] = []
     for b in (b for b in against if b in lrs):
         for a in (compared if compared is not None else order):
