@@ -175,12 +175,17 @@ class Tokens:
     bytes_per_token: float  # over the validation split
     key: str  # identifies corpus, tokenizer and split; stored with every result
 
-    def unigram_bpb(self) -> float:
-        """Bits per byte of the best context-free predictor of the train split (its unigram entropy):
-        a run that ends near this learned token frequencies and nothing else (it stalled)."""
-        counts = np.bincount(np.asarray(self.train, dtype=np.int64))
-        p = counts[counts > 0] / len(self.train)
-        return float(-(p * np.log2(p)).sum()) / self.bytes_per_token
+    def unigram_bpb(self, context_length: int | None = None, n_windows: int | None = None) -> float:
+        """Bits per byte that a model which learned only the train split's token frequencies scores on
+        the validation windows (``context_length``, ``n_windows``: the ones every run is scored on;
+        without them, the whole validation split): a run that ends near this stalled."""
+        counts = np.bincount(np.asarray(self.train, dtype=np.int64), minlength=self.vocab_size) + 1.0  # add-one
+        log_p = np.log2(counts / counts.sum())
+        if context_length is not None and n_windows is not None:
+            targets = self.val_windows(context_length, n_windows)[:, 1:].ravel()
+        else:
+            targets = np.asarray(self.val, dtype=np.int64)
+        return float(-log_p[targets].mean()) / self.bytes_per_token
 
     def val_windows(self, context_length: int, n: int) -> np.ndarray:
         """``n`` fixed windows of ``context_length + 1`` tokens, evenly spaced over the validation

@@ -322,7 +322,7 @@ def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, al
     unigram = _unigram(recipe, [run for r in ranked for run in r.runs])
     runs = [Run(arch=r.label, seed=int(x.seed), lr=float(x.lr), loss=x.value, diverged=bool(x.diverged),
                 init_loss=x.init_loss if x.curve else None,
-                unigram_loss=x.unigram_bpb if x.unigram_bpb is not None else unigram)
+                unigram_loss=unigram if unigram is not None else x.unigram_bpb)
             for r in ranked for x in r.runs if x.curve]
     judgement = Judgement(alpha=alpha, margin=margin, unigram_bpb=unigram)
     if not runs:
@@ -358,19 +358,18 @@ def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, al
 
 
 def _unigram(recipe, runs: list[RunResult]) -> float | None:
-    """The unigram loss of the training bytes for runs recorded before runs carried it (read from the
-    study's data, if it can still be read)."""
-    known = [r.unigram_bpb for r in runs if r.unigram_bpb is not None]
-    if known:
-        return known[0]
+    """The loss of a model that learned only the training bytes' frequencies, on the validation
+    windows every run is scored on: from the study's data when it can be read here, else as the runs
+    recorded it."""
     if not runs:
         return None
     try:
         from .data import load_tokens
 
-        return load_tokens(recipe.data).unigram_bpb()
-    except Exception:  # the data moved or cannot be built here: stalls are judged by the init loss only
-        return None
+        return load_tokens(recipe.data).unigram_bpb(recipe.model.context_length, recipe.data.eval_windows)
+    except Exception:  # the data moved or cannot be built here: the value the runs recorded, if any
+        known = [r.unigram_bpb for r in runs if r.unigram_bpb is not None]
+        return known[0] if known else None
 
 
 def _search_value(history: list[HistoryPoint]):

@@ -76,7 +76,7 @@ class RunResult:
     torch_version: str = ""
     data_key: str = ""
     bytes_per_token: float = 1.0
-    unigram_bpb: float | None = None  # the loss of a model that learned only token frequencies (stall check)
+    unigram_bpb: float | None = None  # the validation loss of a model that learned only token frequencies
     worker: str = ""  # the worker that trained it (host:pid)
     compiled: bool = False  # torch.compile of the training forward
     tf32: bool = False  # TF32 matmuls (32-true on a GPU that has them)

@@ -224,7 +224,7 @@ def train_run(
             triton_version=triton_version() if kernels == "triton" else None,
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
-            unigram_bpb=tokens.unigram_bpb(),
+            unigram_bpb=tokens.unigram_bpb(model.context_length, data.eval_windows),
             compiled=compiled, tf32=_tf32(precision, accelerator),
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))

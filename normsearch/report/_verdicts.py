@@ -95,11 +95,11 @@ def summary_lines(ranking: Ranking) -> list[str]:
 
 def score_definition() -> str:
     return (f"the validation loss in {UNIT} at the end of training, averaged over the successful runs at the "
-            f"architecture's chosen learning rate (the one where it failed least, then had the lowest mean). A run "
-            f"**fails** if it diverged (NaN, or a loss far above its start) or **stalled** (it ended near the unigram "
-            f"loss of the training bytes, or never improved on its loss at initialisation); failures are counted "
-            f"apart, never averaged in. The ranking is a hurdle: by failure rate at the chosen learning rate, then by "
-            f"loss")
+            f"architecture's chosen learning rate (the one where it failed least, then had the lowest mean). A "
+            f"run **fails** if it diverged (NaN, or a loss far above its start) or **stalled** (it ended near the "
+            f"loss of a model that learned only the training bytes' frequencies, or never improved on its loss "
+            f"at initialisation); failures are counted apart, never averaged in. The ranking is a hurdle: by "
+            f"failure rate at the chosen learning rate, then by loss")
 
 
 def judgement_lines(ranking: Ranking) -> list[str]:
@@ -123,7 +123,9 @@ def judgement_lines(ranking: Ranking) -> list[str]:
     lines.append("- **Order**: P(best) and the 95% rank intervals come from draws of the pooled model's posterior, "
                  "with the failure hurdle applied in every draw.")
     if j.unigram_bpb is not None:
-        lines.append(f"- **Stalls**: the unigram loss of the training bytes is {j.unigram_bpb:.3f} {UNIT}.")
+        lines.append(f"- **Stalls**: a model that learned only the training bytes' frequencies scores "
+                     f"{j.unigram_bpb:.3f} {UNIT} on the validation windows; a run that ends within the stall "
+                     f"margin of that (or never improves on its loss at initialisation) stalled.")
     else:
         lines.append("- **Stalls**: the study's data could not be read here, so stalls are judged by the loss at "
                      "initialisation only.")
