@@ -96,3 +96,14 @@ def test_missing_text_path(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(NormsearchError, match="no .txt files"):
         load_tokens(DataConfig(corpus="text", path=str(tmp_path / "empty")))
+
+
+def test_the_unigram_loss_is_what_token_frequencies_alone_score_on_the_validation_windows():
+    train = np.array([0, 0, 0, 1], dtype=np.uint16)  # p(0) = 4/6, p(1) = 2/6 after add-one over 2 tokens
+    val = np.array([0, 1, 0, 1, 1], dtype=np.uint16)
+    t = D.Tokens(train=train, val=val, vocab_size=2, bytes_per_token=2.0, key="k")
+    p = {0: 4 / 6, 1: 2 / 6}
+    whole = -np.mean([np.log2(p[int(x)]) for x in val]) / 2.0
+    assert t.unigram_bpb() == pytest.approx(whole)
+    windows = t.val_windows(2, 2)[:, 1:].ravel()  # the targets every run is scored on
+    assert t.unigram_bpb(2, 2) == pytest.approx(-np.mean([np.log2(p[int(x)]) for x in windows]) / 2.0)
