@@ -203,7 +203,9 @@ def test_three_workers_train_every_architecture_once_and_rank_like_one(tmp_path,
     for arch in mine:  # training is deterministic on CPU
         assert [v for *_, v in mine[arch]] == pytest.approx([v for *_, v in theirs[arch]], rel=1e-9, abs=1e-12)
         assert [k[:2] for k in mine[arch]] == [k[:2] for k in theirs[arch]]
-    assert [r.arch_id for r in rank(shared).rows] == [r.arch_id for r in rank(alone).rows]
+    # the same rows with the same outcomes (labels differ: trial numbers depend on the workers' order)
+    outcome = lambda s: sorted((r.arch_id, r.n_failed, r.score_mean) for r in rank(s).rows)  # noqa: E731
+    assert outcome(shared) == outcome(alone)
     for w in workers[:3]:
         assert "pre_ln" in w.stdout  # each ends with the ranked table
 
