@@ -4,8 +4,9 @@ One row per architecture (trials that proposed the same network are one row), ba
 and marked. The statistics are :mod:`normsearch.stats`' (rules and thresholds in
 ``docs/statistics.md``); in short:
 
-- every run is an outcome: ``diverged``, ``stalled`` (it ended near the unigram loss of the training
-  bytes, or never improved on its loss at initialisation) or ``ok``; a failure never enters a mean,
+- every run is an outcome: ``diverged``, ``stalled`` (it ended near the unigram loss: what a model
+  that learned only the training bytes' frequencies scores on the validation windows; or it never
+  improved on its loss at initialisation) or ``ok``; a failure never enters a mean,
   an interval or a test: it is counted, with a Wilson interval, per architecture and learning rate;
 - an architecture's learning rate is the one where it failed least, then had the lowest mean loss
   over its successful runs; the ranking is a hurdle: by failure rate at that learning rate, then by
@@ -78,7 +79,6 @@ class Row:
     trials: list[int] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)  # the search-space choices (empty outside the space)
     seeds: dict[int, float] = field(default_factory=dict)  # seed -> loss at the chosen lr (successful runs)
-    seed_scores: dict[int, float] = field(default_factory=dict)  # the same (kept for readers of old reports)
     per_lr: dict[float, float] = field(default_factory=dict)  # lr -> mean over successful runs
     n_failed: int = 0  # at the chosen lr: diverged or stalled
     n_stalled: int = 0  # at the chosen lr
@@ -104,7 +104,7 @@ class Row:
         d = asdict(self)
         d.pop("runs")
         d["seeds"] = {str(k): v for k, v in self.seeds.items()}
-        d["seed_scores"] = {str(k): v for k, v in self.seed_scores.items()}
+        d["seed_scores"] = d["seeds"]  # the same numbers, under the name older readers of ranking.json use
         d["per_lr"] = {repr(k): v for k, v in self.per_lr.items()}
         for c in d["comparisons"]:
             c.pop("sd_arch", None), c.pop("sd_against", None)
@@ -342,7 +342,6 @@ def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, al
         r.fails_at_best_lr = s.fails_at_best_lr
         r.p_best, r.rank_low, r.rank_high = s.p_best, s.rank_low, s.rank_high
         r.seeds = dict(sorted(best.losses.items())) if best else {}
-        r.seed_scores = dict(r.seeds)
         r.lr_points = [LrPoint(c.lr, c.n_runs, c.n_diverged, c.n_stalled, c.mean, *c.failure_ci) for c in s.lr.cells]
         r.per_lr = {c.lr: c.mean for c in s.lr.cells if c.mean is not None}
         if s.basin is not None:

@@ -64,6 +64,7 @@ class Search:
         self.tokens = tokens
         self.multi = len(directions(self.recipe)) > 1
         self.worker = worker_id()
+        self._warned = False  # the oversubscription warning, once per worker
 
     # -- bookkeeping -----------------------------------------------------------------------------
 
@@ -272,7 +273,7 @@ class Search:
         workers = live_workers()
         if t.threads is None:
             return replace(t, threads=thread_share(workers))
-        if t.threads * workers > cores() and not getattr(self, "_warned", False):
+        if t.threads * workers > cores() and not self._warned:
             self._warned = True
             log.warning("%d normsearch workers on this host with train.threads %d each oversubscribe its %d cores; "
                         "start one `normsearch run --jobs %d` instead, or set --train.threads %d",

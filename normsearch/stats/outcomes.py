@@ -64,8 +64,9 @@ def classify_run(loss: float | None, diverged: bool = False, init_loss: float | 
     """``"diverged"``, ``"stalled"`` or ``"ok"``.
 
     - diverged: flagged by the trainer, or no finite final loss (None, NaN, inf);
-    - stalled: the final loss is within :func:`stall_margin` of the unigram loss of the training
-      bytes (or above it), or, whether or not the unigram loss is known, within that margin of the
+    - stalled: the final loss is within :func:`stall_margin` of ``unigram_loss`` (or above it; the
+      ranking passes what a model that learned only the training bytes' frequencies scores on the
+      validation windows), or, whether or not the unigram loss is known, within that margin of the
       loss at initialisation (the run never improved);
     - ok: otherwise. Only ok runs have a loss that enters a mean, an interval or a test.
     """
