@@ -26,6 +26,7 @@ From runs to a ranking, in order:
 from .analysis import ArchStats, StudyStats, analyse
 from .inference import (ALPHA, MARGIN, POWER, VERDICTS, Comparison, Interval, PooledFit, Ranks, adjust, compare,
                         interval, pooled_fit, posterior_ranks, seeds_needed)
+from .ladder import LadderStats, Rung, RungArch, analyse_ladder, extrapolate, rung_from_runs
 from .outcomes import (OUTCOMES, ArchLr, LrBasin, LrCell, Run, arch_basin, classify_run, hurdle_key, hurdle_order,
                        lr_basin, stall_margin, sweep, unigram_bits_per_byte, wilson)
 from .search_value import SearchValue, expected_best_of_k, search_value
@@ -37,4 +38,5 @@ __all__ = [
     "PooledFit", "pooled_fit", "Interval", "interval", "Comparison", "compare", "adjust", "seeds_needed",
     "Ranks", "posterior_ranks", "SearchValue", "expected_best_of_k", "search_value",
     "ArchStats", "StudyStats", "analyse",
+    "Rung", "RungArch", "rung_from_runs", "LadderStats", "analyse_ladder", "extrapolate",
 ]

@@ -1,0 +1,160 @@
+"""The ladder's section of a report in words (issue 17): per-rung orders, rank agreement, every
+reversal with whether its differences are significant, the power-law fits, and the extrapolation with
+its warnings. Every sentence is built from a :class:`~normsearch.stats.ladder.LadderStats`; nothing
+is computed here."""
+
+from __future__ import annotations
+
+from ..ranking import format_p
+from ._columns import UNIT, num
+
+
+def _md(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _ci(ci, fmt="{:.3f}") -> str:
+    return f"[{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci is not None else "-"
+
+
+def _point(stats, arch: str, rung: str):
+    return next((p for p in stats.points.get(arch, []) if p.rung == rung), None)
+
+
+def _holm(p) -> str:
+    return format_p(p).replace("p ", "Holm p ", 1)
+
+
+def _side(stats, arch: str, other: str, d, ahead: bool, unit: str) -> str:
+    """How ``arch`` stands against ``other`` at one rung, e.g. 'ahead at r0 by 0.014 bits/byte (pooled
+    t-test, Holm p = 0.002)'."""
+    where = "ahead" if ahead else "behind"
+    if d.by == "failures":
+        pa, pb = _point(stats, arch, d.rung), _point(stats, other, d.rung)
+        return (f"{where} at {d.rung} on the failure hurdle ({pa.n_failed}/{pa.n_runs} against {pb.n_failed}/"
+                f"{pb.n_runs} runs failed; Fisher's exact test, {_holm(d.p_holm)})")
+    if d.diff is None or d.p_value is None:
+        return f"{where} at {d.rung} by mean loss, untested (too few successful runs)"
+    test = {"pooled": "pooled contrast", "welch": "Welch t-test"}.get(d.method, d.method)
+    return f"{where} at {d.rung} by {abs(d.diff):.4f} {unit} ({test}, {_holm(d.p_holm)})"
+
+
+def reversal_sentence(stats, r, labels: dict[str, str] | None = None, unit: str = UNIT) -> str:
+    """One reversal in words; 'reverses within noise' unless a difference is significant under Holm."""
+    lab = labels or {}
+    a, b = f"`{lab.get(r.a, r.a)}`", f"`{lab.get(r.b, r.b)}`"
+    sides = f"{a} is {_side(stats, r.a, r.b, r.at_a, True, unit)}, {_side(stats, r.a, r.b, r.at_b, False, unit)}"
+    span = f"from {r.rung_a} to {r.rung_b}"
+    if r.verdict == "both significant":
+        return f"**{a} and {b} reverse {span}**: {sides}; both differences are significant."
+    if r.verdict == "one significant":
+        sig = r.rung_a if r.at_a.significant else r.rung_b
+        return (f"{a} and {b} change places {span}, but only the difference at {sig} is significant: {sides}. "
+                f"The reversal is not established.")
+    return f"{a} and {b} reverse within noise {span}: {sides}; neither difference is significant."
+
+
+def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> list[str]:
+    """The report's section on the ladder, as Markdown lines."""
+    lab = labels or {}
+    name = lambda a: _md(lab.get(a, a))
+    sizes = {r: sorted({p.size for ps in stats.points.values() for p in ps if p.rung == r and p.size is not None})
+             for r in stats.rungs}
+
+    def size_text(r: str) -> str:
+        s = sizes[r]
+        if not s:
+            return "size unknown"
+        return f"{s[0]:.3g}" if f"{s[0]:.3g}" == f"{s[-1]:.3g}" else f"{s[0]:.3g} to {s[-1]:.3g}"
+
+    lines = ["## Across model sizes", "",
+             f"Rungs, small to large: {', '.join(f'{r} ({size_text(r)} {stats.size_unit})' for r in stats.rungs)}. "
+             f"Each cell: the hurdle place at that rung, the mean loss over successful runs with its 95% interval, "
+             f"and the failed runs (diverged or stalled).", "",
+             "| label | " + " | ".join(_md(r) for r in stats.rungs) + " |", "|---|" + "---|" * len(stats.rungs)]
+    for a in stats.points:
+        cells = []
+        for r in stats.rungs:
+            p = _point(stats, a, r)
+            if p is None:
+                cells.append("-")
+            elif p.mean is None:
+                cells.append(f"{p.rank}. every run failed ({p.n_failed}/{p.n_runs})")
+            else:
+                ci = f" [{p.ci_low:.4f}, {p.ci_high:.4f}]" if p.ci_low is not None else ""
+                cells.append(f"{p.rank}. {p.mean:.4f}{ci} ({p.n_failed}/{p.n_runs} failed)")
+        lines.append(f"| {name(a)} | " + " | ".join(cells) + " |")
+    lines += ["", "### Does the order hold?", "",
+              f"Rank agreement between rungs over the architectures run at both (hurdle order: failure rate first, "
+              f"then mean loss; architectures that failed every run tie last). Kendall's tau-b and Spearman's rho, "
+              f"1 for the same order and -1 for the reverse; 95% percentile-bootstrap intervals from {stats.n_boot} "
+              f"draws (seeds resampled within each architecture and rung, failure rates held fixed; bootstrap seed "
+              f"{stats.seed}). Adjacent rungs in bold.", "",
+              "| rungs | architectures | Kendall's tau [95%] | Spearman's rho [95%] |", "|---|---|---|---|"]
+    for g in stats.agreements:
+        pair = f"{g.rung_a} → {g.rung_b}"
+        pair = f"**{pair}**" if g.adjacent else pair
+        tau = f"{g.tau:+.2f} {_ci(g.tau_ci, '{:+.2f}')}" if g.tau is not None else "-"
+        rho = f"{g.rho:+.2f} {_ci(g.rho_ci, '{:+.2f}')}" if g.rho is not None else "-"
+        lines.append(f"| {_md(pair)} | {len(g.archs)} | {tau} | {rho} |")
+    lines += ["", "### Reversals", ""]
+    if not stats.reversals:
+        lines.append("No pair of architectures changes order between adjacent rungs or between the first and the "
+                     "last rung.")
+    else:
+        lines.append(f"Every pair that changes order between adjacent rungs or between the first and the last. A "
+                     f"difference is significant when its Holm-adjusted p < {stats.alpha:g}, over the family of the "
+                     f"differences these reversals rest on; a loss difference uses the ranking's test at that rung, "
+                     f"a failure-rate difference Fisher's exact test.")
+        lines.append("")
+        lines += ["- " + reversal_sentence(stats, r, lab, unit) for r in stats.reversals]
+    return lines + [""] + fit_lines(stats, lab, unit)
+
+
+def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> list[str]:
+    """The power-law fits and the extrapolation to the target size, with its warnings."""
+    lab = labels or {}
+    name = lambda a: _md(lab.get(a, a))
+    lines = ["### Power laws", "",
+             f"L(N) = E + A N^-alpha, least squares on each rung's mean loss with E ≥ 0, A > 0, 0 < alpha < 2; "
+             f"95% intervals by refitting {stats.n_boot} bootstrap draws of the seeds.", "",
+             "| label | rungs | E [95%] | A | alpha [95%] | RMSE | note |", "|---|---|---|---|---|---|---|"]
+    for a, f in stats.fits.items():
+        if not f.ok:
+            lines.append(f"| {name(a)} | {len(f.sizes)} | - | - | - | - | no fit: {_md(f.reason)} |")
+            continue
+        note = "; ".join(f.notes) or "-"
+        lines.append(f"| {name(a)} | {len(f.sizes)} | {f.E:.4f} {_ci(f.E_ci, '{:.4f}')} | {f.A:.4g} | "
+                     f"{f.alpha:.3f} {_ci(f.alpha_ci)} | {num(f.rmse)} | {_md(note)} |")
+    if any(f.exact for f in stats.fits.values() if f.ok):
+        lines += ["", "With three rungs a fit is exactly determined: three parameters through three points. It "
+                  "interpolates, and nothing in the data tests that the loss follows a power law."]
+    x = stats.extrapolation
+    if x is None:
+        return lines + [""]
+    lines += ["", f"### Extrapolated to N* = {x.target:.3g} {stats.size_unit}", ""]
+    if not x.projections:
+        return lines + ["No architecture has a fit: nothing is extrapolated.", ""]
+    lines.append(f"N* is {x.target / x.largest:.3g} times the largest rung ({x.largest:.3g}). The fitted losses "
+                 f"assume the power law holds out to N*; their intervals cover the noise of the seeds, not the "
+                 f"choice of the curve. Failures are not extrapolated.")
+    lines += ["", f"| place at N* | label | loss at N* ({unit}) [95%] | P(lowest) |", "|---|---|---|---|"]
+    for p in x.projections:
+        lines.append(f"| {p.rank} | {name(p.arch)} | {p.loss:.4f} {_ci(p.ci, '{:.4f}')} | {num(p.p_best, '{:.2f}')} |")
+    top = x.projections[0]
+    lines.append("")
+    sure = f" in {top.p_best:.0%} of the bootstrap draws" if top.p_best is not None else ""
+    whole = (f"; the whole order recurs in {x.p_order:.0%} of them" if x.p_order is not None and len(x.projections) > 1
+             else "")
+    lines.append(f"- Lowest at N*: `{name(top.arch)}`{sure}{whole}.")
+    for c in x.crossings:
+        share = f" (they cross in {c.p_cross:.0%} of the bootstrap draws)" if c.p_cross is not None else ""
+        lines.append(f"- **Warning**: the fitted curves of `{name(c.a)}` and `{name(c.b)}` cross at N ≈ {c.at:.3g}, "
+                     f"between the largest rung and N*{share}. Their order at N* is the fit's, not the data's.")
+    for a in x.failing:
+        p = _point(stats, a, stats.rungs[-1])
+        lines.append(f"- `{name(a)}` failed {p.n_failed}/{p.n_runs} runs at the largest rung; its extrapolated "
+                     f"loss speaks only for the runs that trained.")
+    if x.unfitted:
+        lines.append(f"- Not extrapolated (no fit): {', '.join(f'`{name(a)}`' for a in x.unfitted)}.")
+    return lines + [""]

@@ -1,0 +1,435 @@
+"""Across the rungs of a scale ladder (issue 17): does the order found at small size hold as the model
+grows? Pure functions over plain data, so that they can be tested without training.
+
+A :class:`Rung` holds, per architecture, the seeds' final losses of its successful runs and its failed
+runs (at the learning rate it is scored at; :func:`rung_from_runs` builds one from :class:`Run` s with
+the same choice as :func:`analyse`). :func:`analyse_ladder` gives a :class:`LadderStats`:
+
+1. per rung, the hurdle order (failure rate first, then mean loss; architectures that failed every
+   run share the last place) and each architecture's mean with its 95% interval;
+2. for every pair of rungs, Kendall's tau-b and Spearman's rho between the orders of the architectures
+   present at both, with percentile-bootstrap 95% intervals (seeds resampled within each architecture
+   and rung, failure rates held fixed);
+3. every rank reversal between adjacent rungs and between the first and the last, with the
+   difference at each rung and whether it is significant (Holm over those differences);
+4. per architecture, a power law L(N) = E + A N^-alpha over the rungs (:mod:`.powerlaw`), and at a
+   named size N* the extrapolated losses, their order, P(best) and the crossings to warn of.
+
+Rules: ``docs/statistics.md`` (section "Across model sizes").
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .inference import ALPHA, compare, interval, pooled_fit
+from .outcomes import Run, sweep, wilson
+from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
+
+N_BOOT = 2000
+REVERSAL_VERDICTS = ("both significant", "one significant", "within noise")
+
+
+@dataclass
+class RungArch:
+    """One architecture at one rung: seed -> final loss (bits/byte) of its successful runs, and its
+    failed runs. ``size``: its parameter count (or compute) there; None takes the rung's."""
+
+    losses: dict[int, float] = field(default_factory=dict)
+    n_diverged: int = 0
+    n_stalled: int = 0
+    size: float | None = None
+
+    @property
+    def n_ok(self) -> int:
+        return len(self.losses)
+
+    @property
+    def n_failed(self) -> int:
+        return self.n_diverged + self.n_stalled
+
+    @property
+    def n_runs(self) -> int:
+        return self.n_ok + self.n_failed
+
+    @property
+    def failure_rate(self) -> float:
+        """1 when nothing succeeded (as the hurdle order counts it)."""
+        return self.n_failed / self.n_runs if self.n_ok else 1.0
+
+    @property
+    def mean(self) -> float | None:
+        return float(np.mean(list(self.losses.values()))) if self.losses else None
+
+    @property
+    def key(self) -> tuple[float, float]:
+        """The hurdle key, smaller first: failure rate, then mean loss (inf when nothing succeeded)."""
+        return (self.failure_rate, self.mean if self.losses else math.inf)
+
+
+@dataclass
+class Rung:
+    """One model size. ``size`` is the rung's N (parameters or compute) for architectures without their own."""
+
+    name: str
+    archs: dict[str, RungArch]
+    size: float | None = None
+
+    def size_of(self, arch: str) -> float | None:
+        s = self.archs[arch].size
+        return float(s) if s is not None else None if self.size is None else float(self.size)
+
+    def order(self) -> list[str]:
+        """The hurdle order (name breaks exact ties, as :func:`hurdle_order` does)."""
+        return sorted(self.archs, key=lambda a: (*self.archs[a].key, a))
+
+
+def rung_from_runs(name: str, runs: Iterable[Run], size: float | Mapping[str, float] | None = None) -> Rung:
+    """A rung from its runs: each architecture at its chosen learning rate (:func:`sweep`, the rule of
+    :func:`analyse`); one with no successful run anywhere counts all its runs as failed."""
+    archs = {}
+    for arch, lr in sweep(runs).items():
+        best = lr.best
+        if best is not None:
+            ra = RungArch(dict(best.losses), best.n_diverged, best.n_stalled)
+        else:
+            ra = RungArch({}, sum(c.n_diverged for c in lr.cells), sum(c.n_stalled for c in lr.cells))
+        if isinstance(size, Mapping):
+            ra.size = float(size[arch]) if arch in size else None
+        archs[arch] = ra
+    return Rung(name, archs, None if isinstance(size, Mapping) else size)
+
+
+@dataclass
+class RungPoint:
+    """An architecture at one rung, as the table and the plot show it."""
+
+    rung: str
+    size: float | None
+    rank: int  # hurdle place, 1 = best; architectures that failed every run share the last place
+    n_runs: int
+    n_failed: int
+    failure_rate: float
+    failure_ci: tuple[float, float]  # Wilson 95%
+    mean: float | None
+    ci_low: float | None  # 95% interval of the mean (pooled or per-arch, as the ranking's)
+    ci_high: float | None
+
+
+@dataclass
+class Agreement:
+    """Rank agreement between two rungs over the architectures present at both."""
+
+    rung_a: str
+    rung_b: str
+    adjacent: bool
+    archs: list[str]
+    tau: float | None  # Kendall's tau-b (ties counted)
+    tau_ci: tuple[float, float] | None
+    rho: float | None  # Spearman's rho (average ranks for ties)
+    rho_ci: tuple[float, float] | None
+    n_draws: int  # bootstrap draws where both were defined
+
+
+@dataclass
+class RungDiff:
+    """a - b at one rung: by the failure hurdle (Fisher's exact test on failed vs successful runs) when
+    their failure rates differ, else by mean loss (the ranking's test: pooled contrast or Welch)."""
+
+    rung: str
+    by: str  # "failures" | "loss"
+    method: str  # "fisher" | "pooled" | "welch" | "none"
+    diff: float | None  # failure-rate difference or mean-loss difference, a - b
+    ci_low: float | None  # for a loss difference, 95%, unadjusted
+    ci_high: float | None
+    p_value: float | None
+    p_holm: float | None = None  # Holm over every difference the reversals rest on
+    significant: bool = False
+
+
+@dataclass
+class Reversal:
+    """``a`` ranks above ``b`` at ``rung_a`` and below it at ``rung_b``."""
+
+    a: str
+    b: str
+    rung_a: str
+    rung_b: str
+    kind: str  # "adjacent" | "first-last"
+    at_a: RungDiff
+    at_b: RungDiff
+    verdict: str = "within noise"  # one of REVERSAL_VERDICTS
+
+
+@dataclass
+class Projection:
+    """One architecture's fitted loss at the target size."""
+
+    arch: str
+    loss: float
+    ci: tuple[float, float] | None
+    rank: int
+    p_best: float | None  # share of bootstrap draws where it is the lowest
+
+
+@dataclass
+class Crossing:
+    a: str
+    b: str
+    at: float | None  # where the fitted curves cross between the largest rung and the target (None: they do not)
+    p_cross: float | None  # share of bootstrap draws in which they cross there
+
+
+@dataclass
+class Extrapolation:
+    target: float
+    largest: float  # the largest size fitted
+    projections: list[Projection]  # in extrapolated order
+    p_order: float | None  # share of draws reproducing the whole extrapolated order
+    crossings: list[Crossing]  # pairs whose fitted curves cross between largest and target
+    unfitted: list[str]  # architectures left out (no fit)
+    failing: list[str]  # fitted architectures with failures at the largest rung (failures are not extrapolated)
+
+    @property
+    def order(self) -> list[str]:
+        return [p.arch for p in self.projections]
+
+
+@dataclass
+class LadderStats:
+    rungs: list[str]  # small to large
+    size_unit: str  # what N is: "parameters", "FLOPs", ...
+    orders: dict[str, list[str]]  # per rung, hurdle order
+    points: dict[str, list[RungPoint]]  # per architecture, by rung
+    agreements: list[Agreement]
+    reversals: list[Reversal]
+    fits: dict[str, PowerFit]
+    extrapolation: Extrapolation | None
+    n_boot: int
+    seed: int
+    alpha: float = ALPHA
+
+    def agreement(self, a: str, b: str) -> Agreement | None:
+        return next((g for g in self.agreements if {g.rung_a, g.rung_b} == {a, b}), None)
+
+    def to_dict(self) -> dict:
+        """Everything as JSON-ready values (NaN and inf become None; bootstrap draws are left out)."""
+        d = asdict(self)
+        for f in d["fits"].values():
+            f.pop("draws", None)
+        return _jsonable(d)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    return v
+
+
+# --------------------------------------------------------------------------------------------------
+# Ranks and their agreement
+
+
+def _scores(rung: Rung, archs: Sequence[str], means: np.ndarray) -> np.ndarray:
+    """A scalar per architecture (columns of ``means``, rows = draws) that sorts as the hurdle key:
+    failure tier first, then mean; architectures with no success tie at the end."""
+    rates = np.array([rung.archs[a].failure_rate for a in archs])
+    tier = np.searchsorted(np.unique(rates), rates).astype(float)
+    finite = means[np.isfinite(means)]
+    lo, span = (float(finite.min()), float(finite.max() - finite.min())) if finite.size else (0.0, 0.0)
+    within = np.where(np.isfinite(means), means - lo, 0.0)
+    return tier[None, :] * (span + 1.0) + within
+
+
+def _rank(scores: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata
+
+    return rankdata(scores, method="average", axis=1)
+
+
+def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b between the rows of x and y (draws, k); NaN where either row is all tied."""
+    i, j = np.triu_indices(x.shape[1], 1)
+    sx, sy = np.sign(x[:, i] - x[:, j]), np.sign(y[:, i] - y[:, j])
+    den = np.sqrt((sx != 0).sum(1) * (sy != 0).sum(1).astype(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (sx * sy).sum(1) / den, np.nan)
+
+
+def spearman_rho(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho between the rows of x and y (average ranks); NaN where a row is all tied."""
+    rx, ry = _rank(x), _rank(y)
+    rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+    den = np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (rx * ry).sum(1) / den, np.nan)
+
+
+def _ci(v: np.ndarray) -> tuple[float, float] | None:
+    v = v[np.isfinite(v)]
+    return (float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975))) if v.size else None
+
+
+def _point(v: np.ndarray) -> float | None:
+    return float(v[0]) if np.isfinite(v[0]) else None
+
+
+def _agreement(ra: Rung, rb: Rung, adjacent: bool, boot: dict) -> Agreement:
+    archs = [a for a in ra.archs if a in rb.archs]
+    obs = [np.array([[r.archs[a].key[1] for a in archs]]) for r in (ra, rb)]
+    if len(archs) < 2:
+        return Agreement(ra.name, rb.name, adjacent, archs, None, None, None, None, 0)
+    xa, xb = _scores(ra, archs, obs[0]), _scores(rb, archs, obs[1])
+    draws = [np.column_stack([boot[r.name][a] for a in archs]) for r in (ra, rb)]
+    da, db = _scores(ra, archs, draws[0]), _scores(rb, archs, draws[1])
+    tau, rho = kendall_tau_b(da, db), spearman_rho(da, db)
+    return Agreement(ra.name, rb.name, adjacent, archs, _point(kendall_tau_b(xa, xb)), _ci(tau),
+                     _point(spearman_rho(xa, xb)), _ci(rho), int(np.sum(np.isfinite(tau) & np.isfinite(rho))))
+
+
+def _bootstrap_means(rungs: Sequence[Rung], n_boot: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """Per rung and architecture, ``n_boot`` means of its successful seeds resampled with replacement
+    (inf for an architecture with none)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for r in rungs:
+        out[r.name] = {}
+        for a in sorted(r.archs):
+            v = np.asarray([r.archs[a].losses[s] for s in sorted(r.archs[a].losses)], float)
+            out[r.name][a] = (v[rng.integers(0, v.size, (n_boot, v.size))].mean(1) if v.size
+                              else np.full(n_boot, math.inf))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Reversals
+
+
+def _rung_diff(rung: Rung, a: str, b: str, samples, fit) -> RungDiff:
+    from scipy.stats import fisher_exact
+
+    x, y = rung.archs[a], rung.archs[b]
+    if x.failure_rate != y.failure_rate:
+        p = float(fisher_exact([[x.n_failed, x.n_ok], [y.n_failed, y.n_ok]])[1])
+        return RungDiff(rung.name, "failures", "fisher", x.failure_rate - y.failure_rate, None, None, p)
+    c = compare(samples, a, b, fit)
+    return RungDiff(rung.name, "loss", c.method, c.diff, c.ci_low, c.ci_high, c.p_value)
+
+
+def _reversals(rungs: Sequence[Rung], alpha: float) -> list[Reversal]:
+    from statsmodels.stats.multitest import multipletests
+
+    n = len(rungs)
+    pairs = [(i, i + 1, "adjacent") for i in range(n - 1)] + ([(0, n - 1, "first-last")] if n > 2 else [])
+    samples = {r.name: {a: ra.losses for a, ra in r.archs.items() if ra.losses} for r in rungs}
+    fits = {r.name: pooled_fit(samples[r.name], alpha) for r in rungs}
+    diffs: dict[tuple[str, str, str], RungDiff] = {}  # (rung, a, b) -> the difference it rests on
+
+    def diff(r: Rung, a: str, b: str) -> RungDiff:
+        if (r.name, a, b) not in diffs:
+            diffs[r.name, a, b] = _rung_diff(r, a, b, samples[r.name], fits[r.name])
+        return diffs[r.name, a, b]
+
+    out = []
+    for i, j, kind in pairs:
+        ri, rj = rungs[i], rungs[j]
+        common = [a for a in ri.order() if a in rj.archs]
+        for a, b in itertools.combinations(common, 2):  # a is ahead of (or tied with) b at rung i
+            if ri.archs[a].key < ri.archs[b].key and rj.archs[a].key > rj.archs[b].key:
+                out.append(Reversal(a, b, ri.name, rj.name, kind, diff(ri, a, b), diff(rj, a, b)))
+    tested = [d for d in diffs.values() if d.p_value is not None]
+    if tested:
+        holm = multipletests([d.p_value for d in tested], alpha=alpha, method="holm")[1]
+        for d, p in zip(tested, holm):
+            d.p_holm, d.significant = float(p), bool(p < alpha)
+    for r in out:
+        r.verdict = REVERSAL_VERDICTS[2 - r.at_a.significant - r.at_b.significant]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Points, fits and extrapolation
+
+
+def _points(rungs: Sequence[Rung], alpha: float) -> dict[str, list[RungPoint]]:
+    out: dict[str, list[RungPoint]] = {}
+    for r in rungs:
+        samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
+        fit = pooled_fit(samples, alpha)
+        order = r.order()
+        n_tried = sum(1 for a in order if r.archs[a].n_ok)
+        for place, a in enumerate(order, 1):
+            ra = r.archs[a]
+            iv = interval(samples, a, fit)
+            out.setdefault(a, []).append(RungPoint(
+                r.name, r.size_of(a), place if ra.n_ok else n_tried + 1, ra.n_runs, ra.n_failed,
+                ra.n_failed / ra.n_runs if ra.n_runs else 0.0, wilson(ra.n_failed, ra.n_runs), ra.mean,
+                iv.ci_low, iv.ci_high))
+    return out
+
+
+def _fits(rungs: Sequence[Rung], boot) -> dict[str, PowerFit]:
+    out = {}
+    for a in dict.fromkeys(a for r in rungs for a in r.archs):
+        here = [r for r in rungs if a in r.archs and r.archs[a].n_ok and r.size_of(a) is not None]
+        here.sort(key=lambda r: r.size_of(a))
+        draws = np.column_stack([boot[r.name][a] for r in here]) if here else None
+        out[a] = fit_power_law(a, [r.size_of(a) for r in here], [r.archs[a].mean for r in here], draws)
+    return out
+
+
+def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[str] = ()) -> Extrapolation:
+    """The fitted losses at ``target``, their order with P(best) and P(whole order) over paired bootstrap
+    draws, and every pair whose fitted curves cross between the largest size fitted and ``target``."""
+    ok = [f for f in fits.values() if f.ok]
+    largest = max((max(f.sizes) for f in ok), default=target)
+    pred = {f.arch: float(f.predict(target)) for f in ok}
+    order = sorted(pred, key=lambda a: (pred[a], a))
+    have_draws = bool(ok) and all(f.draws is not None for f in ok)
+    draws = np.column_stack([fits[a].predict_draws(target) for a in order]) if have_draws else None
+    best = np.argmin(draws, axis=1) if draws is not None else None
+    projections = [Projection(a, pred[a], _ci(draws[:, i]) if draws is not None else None, i + 1,
+                              float(np.mean(best == i)) if best is not None else None) for i, a in enumerate(order)]
+    p_order = float(np.mean(np.all(np.diff(draws, axis=1) > 0, axis=1))) if draws is not None else None
+    crossings = []
+    for a, b in itertools.combinations(order, 2):
+        at = crossing(fits[a], fits[b], largest, target)
+        if at is not None:
+            crossings.append(Crossing(a, b, at, p_crossing(fits[a], fits[b], largest, target)))
+    return Extrapolation(float(target), largest, projections, p_order, crossings,
+                         [a for a, f in fits.items() if not f.ok], [a for a in order if a in failing])
+
+
+def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit: str = "parameters",
+                   n_boot: int = N_BOOT, seed: int = 0, alpha: float = ALPHA) -> LadderStats:
+    """Everything across the rungs (ordered small to large): per-rung orders and points, rank agreement
+    for every pair of rungs, the reversals, the power-law fits and, when ``target`` (N*) is given, the
+    extrapolation to it. Fixed ``seed``: the same numbers every time."""
+    if len(rungs) < 2:
+        raise ValueError(f"a ladder needs at least 2 rungs, got {len(rungs)}")
+    if len({r.name for r in rungs}) < len(rungs):
+        raise ValueError("rung names must be distinct")
+    boot = _bootstrap_means(rungs, n_boot, seed)
+    agreements = [_agreement(rungs[i], rungs[j], j == i + 1, boot)
+                  for i, j in itertools.combinations(range(len(rungs)), 2)]
+    fits = _fits(rungs, boot)
+    last = rungs[-1]
+    failing = [a for a, ra in last.archs.items() if ra.n_failed]
+    return LadderStats(
+        rungs=[r.name for r in rungs], size_unit=size_unit, orders={r.name: r.order() for r in rungs},
+        points=_points(rungs, alpha), agreements=agreements, reversals=_reversals(rungs, alpha), fits=fits,
+        extrapolation=extrapolate(fits, target, failing) if target is not None else None, n_boot=n_boot,
+        seed=seed, alpha=alpha)

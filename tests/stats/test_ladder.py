@@ -1,0 +1,211 @@
+"""normsearch.stats.ladder on synthetic ladders whose truth is set here: a preserved order agrees
+(tau = 1, narrow interval), a planted reversal is named and one inside the noise is labelled so, a
+planted power law is recovered, crossing curves are warned of, three rungs say the fit is exactly
+determined, and architectures that failed every run rank last. Fixed numpy seeds throughout."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from normsearch.report._ladder_plots import ladder_plot
+from normsearch.report._ladder_verdicts import ladder_lines
+from normsearch.stats import Run, RungArch, analyse, analyse_ladder, rung_from_runs
+from normsearch.stats.ladder import Rung, kendall_tau_b, spearman_rho
+from normsearch.stats.powerlaw import fit_power_law, profile_fit
+
+SIZES = [1e5, 4e5, 1.6e6, 6.4e6]
+
+
+def law(E, B, alpha, n0=1e5):
+    return lambda n: E + B * (n / n0) ** -alpha
+
+
+def ladder(truth, sizes=SIZES, n_seeds=5, sigma=0.005, seed=0, failed=None):
+    """Rungs r0, r1, ... where arch a at size N has loss truth[a](N) + noise; ``failed``: {(arch, rung
+    index): n_diverged} for architectures that failed every run there."""
+    rng = np.random.default_rng(seed)
+    rungs = []
+    for k, n in enumerate(sizes):
+        archs = {}
+        for a, f in truth.items():
+            if (a, k) in (failed or {}):
+                archs[a] = RungArch({}, n_diverged=failed[a, k])
+            else:
+                archs[a] = RungArch({s: float(f(n) + rng.normal(0, sigma)) for s in range(n_seeds)})
+        rungs.append(Rung(f"r{k}", archs, n))
+    return rungs
+
+
+def test_tau_b_and_rho_match_scipy_with_ties():
+    rng = np.random.default_rng(3)
+    x, y = rng.integers(0, 4, (50, 7)).astype(float), rng.integers(0, 4, (50, 7)).astype(float)
+    tau, rho = kendall_tau_b(x, y), spearman_rho(x, y)
+    for i in range(50):
+        want_tau = sps.kendalltau(x[i], y[i]).statistic
+        want_rho = sps.spearmanr(x[i], y[i]).statistic
+        assert (math.isnan(want_tau) and math.isnan(tau[i])) or tau[i] == pytest.approx(want_tau)
+        assert (math.isnan(want_rho) and math.isnan(rho[i])) or rho[i] == pytest.approx(want_rho)
+
+
+def test_a_preserved_order_gives_tau_one_with_a_narrow_interval():
+    truth = {f"a{i}": law(2.0 + 0.05 * i, 1.5, 0.3) for i in range(5)}
+    st = analyse_ladder(ladder(truth), n_boot=500)
+    assert len(st.agreements) == 6 and sum(g.adjacent for g in st.agreements) == 3
+    for g in st.agreements:
+        assert g.tau == 1.0 and g.rho == 1.0
+        assert g.tau_ci[0] >= 0.8 and g.rho_ci[0] >= 0.9
+    assert st.reversals == []
+    assert all(st.orders[r] == [f"a{i}" for i in range(5)] for r in st.rungs)
+    assert "No pair of architectures changes order" in "\n".join(ladder_lines(st))
+
+
+def test_a_noisy_order_has_a_wide_interval():
+    """The same ladder, with noise as large as the gaps: the interval must widen well below 1."""
+    truth = {f"a{i}": law(2.0 + 0.005 * i, 1.5, 0.3) for i in range(5)}
+    st = analyse_ladder(ladder(truth, sigma=0.02, n_seeds=3), n_boot=500)
+    assert all(g.tau_ci[0] < 0.5 for g in st.agreements)
+
+
+def test_a_planted_reversal_is_named_and_a_small_one_is_within_noise():
+    truth = {"steady": law(2.0, 1.5, 0.3), "late": law(1.7, 2.5, 0.5),  # worse small, better large
+             "p": law(2.5, 1.5, 0.3), "q": law(2.5, 1.5, 0.3)}  # identical: any swap is noise
+    st = analyse_ladder(ladder(truth, sigma=0.01, n_seeds=4, seed=1), n_boot=500)
+    late = [r for r in st.reversals if {r.a, r.b} == {"steady", "late"}]
+    assert late, st.reversals
+    assert {r.kind for r in late} >= {"first-last"}
+    first_last = next(r for r in late if r.kind == "first-last")
+    assert (first_last.a, first_last.b) == ("steady", "late")  # steady ahead at r0, behind at r3
+    assert first_last.verdict == "both significant"
+    assert first_last.at_a.by == "loss" and first_last.at_a.method in ("pooled", "welch")
+    assert first_last.at_a.diff < 0 < first_last.at_b.diff
+    noise = [r for r in st.reversals if {r.a, r.b} == {"p", "q"}]
+    assert noise and all(r.verdict == "within noise" for r in noise)
+    text = "\n".join(ladder_lines(st))
+    assert "**`steady` and `late` reverse from r0 to r3**" in text
+    assert "reverse within noise" in text and "beats" not in text
+
+
+def test_a_planted_power_law_is_recovered_from_four_rungs():
+    truth = {"a": law(2.0, 1.5, 0.3)}
+    st = analyse_ladder(ladder(truth, n_seeds=6, sigma=0.003, seed=2), n_boot=500)
+    f = st.fits["a"]
+    assert f.ok and not f.exact and len(f.sizes) == 4
+    assert f.E == pytest.approx(2.0, abs=0.05)
+    assert f.alpha == pytest.approx(0.3, abs=0.03)
+    assert f.A == pytest.approx(1.5 * 1e5 ** 0.3, rel=0.2)
+    assert f.E_ci[0] <= 2.0 <= f.E_ci[1] and f.alpha_ci[0] <= 0.3 <= f.alpha_ci[1]
+    assert f.E_ci[1] - f.E_ci[0] < 0.2
+
+
+def test_the_profile_solver_agrees_with_curve_fit():
+    x = np.array([1.0, 4.0, 16.0, 64.0, 256.0])
+    y = 2.0 + 1.5 * x ** -0.3 + np.array([0.004, -0.003, 0.002, -0.004, 0.001])
+    e, b, a, sse = (float(v[0]) for v in profile_fit(x, y[None, :]))
+    f = fit_power_law("a", x * 1e5, y)
+    assert (e, b, a) == pytest.approx((f.E, f.B, f.alpha), rel=0.02)
+    assert sse == pytest.approx(f.rmse ** 2 * 5, abs=1e-6)
+
+
+def test_three_rungs_say_the_fit_is_exactly_determined():
+    truth = {"a": law(2.0, 1.5, 0.3)}
+    st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=3), n_boot=200)
+    f = st.fits["a"]
+    assert f.ok and f.exact and f.rmse < 1e-6
+    assert any("exactly determined" in n for n in f.notes)
+    assert "exactly determined" in "\n".join(ladder_lines(st))
+
+
+def test_too_few_rungs_or_a_rising_loss_give_no_fit_and_say_why():
+    f = fit_power_law("a", [1e5, 1e6], [3.0, 2.5])
+    assert not f.ok and "needs 3" in f.reason
+    f = fit_power_law("a", [1e5, 1e6, 1e7], [2.5, 2.7, 2.9])
+    assert not f.ok and "does not fall" in f.reason
+
+
+def test_crossing_curves_give_the_warning():
+    truth = {"fast": law(1.5, 2.0, 0.25), "slow": law(2.0, 1.0, 0.5)}  # slow is better up to ~3e7, then fast
+    rungs = ladder(truth, n_seeds=5, sigma=0.002, seed=4)
+    st = analyse_ladder(rungs, target=1e8, n_boot=500)
+    x = st.extrapolation
+    assert st.orders["r3"][0] == "slow" and x.order[0] == "fast"
+    assert len(x.crossings) == 1
+    c = x.crossings[0]
+    assert {c.a, c.b} == {"fast", "slow"} and 6.4e6 < c.at < 1e8 and c.p_cross > 0.9
+    text = "\n".join(ladder_lines(st))
+    assert "**Warning**: the fitted curves of `fast` and `slow` cross" in text
+    near = analyse_ladder(rungs, target=8e6, n_boot=200).extrapolation
+    assert near.crossings == [] and near.order[0] == "slow"
+
+
+def test_extrapolation_gives_intervals_and_p_best():
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.2, 1.5, 0.3)}
+    x = analyse_ladder(ladder(truth), target=1e8, n_boot=500).extrapolation
+    assert x.order == ["a", "b"] and x.p_order > 0.95
+    pa = x.projections[0]
+    assert pa.ci[0] <= pa.loss <= pa.ci[1] and pa.p_best > 0.95
+    assert pa.loss == pytest.approx(law(2.0, 1.5, 0.3)(1e8), abs=0.05)
+
+
+def test_architectures_that_failed_every_run_rank_last():
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "c": law(2.2, 1.5, 0.3), "d": law(1.0, 1.5, 0.3)}
+    # d has the lowest loss wherever it trains, but fails every run at r2 and r3; c also fails at r3
+    st = analyse_ladder(ladder(truth, failed={("d", 2): 3, ("d", 3): 5, ("c", 3): 2}), target=1e8, n_boot=300)
+    assert st.orders["r0"][0] == "d" and st.orders["r2"][-1] == "d"
+    assert set(st.orders["r3"][-2:]) == {"c", "d"}
+    last = {p.rung: p for p in st.points["d"]}
+    assert last["r3"].rank == 3 and {p.rung: p for p in st.points["c"]}["r3"].rank == 3  # they share last place
+    g = st.agreement("r2", "r3")  # d ties with c at r3: tau-b over the hurdle places, as scipy has it
+    assert g.tau == pytest.approx(sps.kendalltau([1, 2, 3, 4], [1, 2, 3.5, 3.5]).statistic)
+    rev = next(r for r in st.reversals if (r.a, r.b, r.kind) == ("d", "a", "adjacent"))
+    assert rev.at_b.by == "failures" and rev.at_b.method == "fisher" and rev.at_b.diff == 1.0
+    assert st.fits["d"].reason.startswith("2 rung(s)") and "d" in st.extrapolation.unfitted
+    assert "every run failed (5/5)" in "\n".join(ladder_lines(st))
+
+
+def test_a_rung_from_runs_orders_as_analyse():
+    rng = np.random.default_rng(5)
+    runs = []
+    for a, mu in {"x": 3.0, "y": 2.9, "z": 2.8}.items():
+        for lr in (1e-3, 3e-3):
+            for s in range(3):
+                diverged = a == "z" and s == 0 and lr == 1e-3
+                runs.append(Run(a, s, lr, None if diverged else mu + lr * 10 + rng.normal(0, 0.01), diverged=diverged))
+    runs += [Run("w", s, 1e-3, None, diverged=True) for s in range(3)]
+    rung = rung_from_runs("r0", runs, {"x": 1e5, "y": 1.1e5, "z": 1e5, "w": 1e5})
+    assert rung.order() == list(analyse(runs).archs)
+    assert rung.size_of("y") == 1.1e5 and rung.archs["w"].failure_rate == 1.0
+    assert rung.archs["z"].n_failed == 0  # z scored at 3e-3, where nothing failed
+
+
+def test_reproducible_and_json_ready(tmp_path):
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
+    rungs = ladder(truth, failed={("b", 0): 2})
+    one, two = (analyse_ladder(rungs, target=1e8, n_boot=300, seed=7) for _ in range(2))
+    d = one.to_dict()
+    assert json.loads(json.dumps(d)) == two.to_dict()
+    assert d["fits"]["a"]["status"] == "fit" and "draws" not in d["fits"]["a"]
+    assert d["agreements"][0]["tau"] is not None
+
+
+def test_the_ladder_plot_draws(tmp_path):
+    from normsearch.report._plots import save
+
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
+    st = analyse_ladder(ladder(truth, failed={("b", 3): 5}), target=1e8, n_boot=200)
+    fig = ladder_plot(st, labels={"a": "found-1"}, baselines=("b",))
+    ax, af = fig.axes
+    assert ax.get_xscale() == "log" and "found-1" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(ax.get_lines()) >= 3  # the fits, solid and dashed, and N*
+    path = save(fig, tmp_path / "ladder.png")
+    assert path.stat().st_size > 1000
+
+
+def test_a_ladder_needs_two_distinct_rungs():
+    rungs = ladder({"a": law(2.0, 1.5, 0.3)}, sizes=SIZES[:2])
+    with pytest.raises(ValueError):
+        analyse_ladder(rungs[:1])
+    with pytest.raises(ValueError):
+        analyse_ladder([rungs[0], rungs[0]])
