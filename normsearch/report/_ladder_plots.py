@@ -39,12 +39,13 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
             n_lo, n_hi = min(fit.sizes), max(fit.sizes)
             grid = np.geomspace(n_lo, n_hi, 100)
             ax.plot(grid, fit.predict(grid), color=color, linestyle="-", linewidth=1.2)
-            if target is not None and target != n_hi:
+            if target is not None and target != n_hi and a not in stats.extrapolation.left_out:
                 ext = np.geomspace(n_hi, target, 100)
                 ax.plot(ext, fit.predict(ext), color=color, linestyle="--", linewidth=1.2)
         err = [[p.failure_rate - p.failure_ci[0] for p in ps], [p.failure_ci[1] - p.failure_rate for p in ps]]
         af.errorbar([p.size for p in ps], [p.failure_rate for p in ps], yerr=err,
-                    color=color, marker=marker, markersize=5, capsize=3, label=label)
+                    color=color, marker=marker, markersize=5, capsize=3, label=label, ecolor=color, elinewidth=0.8,
+                    alpha=0.8)
     if target is not None:
         ax.axvline(target, color="black", linewidth=0.8, linestyle=":", label=f"N* = {target:.3g}")
     for a in (ax, af):

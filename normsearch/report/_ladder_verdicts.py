@@ -155,6 +155,6 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
         p = _point(stats, a, stats.rungs[-1])
         lines.append(f"- `{name(a)}` failed {p.n_failed}/{p.n_runs} runs at the largest rung; its extrapolated "
                      f"loss speaks only for the runs that trained.")
-    if x.unfitted:
-        lines.append(f"- Not extrapolated (no fit): {', '.join(f'`{name(a)}`' for a in x.unfitted)}.")
+    for a, why in x.left_out.items():
+        lines.append(f"- `{name(a)}` is not extrapolated: {_md(why)}.")
     return lines + [""]

@@ -192,7 +192,7 @@ class Extrapolation:
     projections: list[Projection]  # in extrapolated order
     p_order: float | None  # share of draws reproducing the whole extrapolated order
     crossings: list[Crossing]  # pairs whose fitted curves cross between largest and target
-    unfitted: list[str]  # architectures left out (no fit)
+    left_out: dict[str, str]  # arch -> why it is not extrapolated (no fit; every run failed at the largest rung)
     failing: list[str]  # fitted architectures with failures at the largest rung (failures are not extrapolated)
 
     @property
@@ -391,10 +391,16 @@ def _fits(rungs: Sequence[Rung], boot) -> dict[str, PowerFit]:
     return out
 
 
-def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[str] = ()) -> Extrapolation:
+def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[str] = (),
+                left_out: Mapping[str, str] | None = None) -> Extrapolation:
     """The fitted losses at ``target``, their order with P(best) and P(whole order) over paired bootstrap
-    draws, and every pair whose fitted curves cross between the largest size fitted and ``target``."""
-    ok = [f for f in fits.values() if f.ok]
+    draws, and every pair whose fitted curves cross between the largest size fitted and ``target``.
+    ``failing``: architectures to flag for failures at the largest rung; ``left_out``: architecture ->
+    reason, kept out of the order (as are those without a fit)."""
+    out = {a: f"no fit: {f.reason}" for a, f in fits.items() if not f.ok}
+    for a, why in (left_out or {}).items():
+        out.setdefault(a, why)
+    ok = [f for a, f in fits.items() if f.ok and a not in out]
     largest = max((max(f.sizes) for f in ok), default=target)
     pred = {f.arch: float(f.predict(target)) for f in ok}
     order = sorted(pred, key=lambda a: (pred[a], a))
@@ -409,8 +415,8 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
         at = crossing(fits[a], fits[b], largest, target)
         if at is not None:
             crossings.append(Crossing(a, b, at, p_crossing(fits[a], fits[b], largest, target)))
-    return Extrapolation(float(target), largest, projections, p_order, crossings,
-                         [a for a, f in fits.items() if not f.ok], [a for a in order if a in failing])
+    return Extrapolation(float(target), largest, projections, p_order, crossings, out,
+                         [a for a in order if a in failing])
 
 
 def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit: str = "parameters",
@@ -428,8 +434,9 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
     fits = _fits(rungs, boot)
     last = rungs[-1]
     failing = [a for a, ra in last.archs.items() if ra.n_failed]
+    dead = {a: f"every run failed at the largest rung ({last.name})" for a, ra in last.archs.items() if not ra.n_ok}
     return LadderStats(
         rungs=[r.name for r in rungs], size_unit=size_unit, orders={r.name: r.order() for r in rungs},
         points=_points(rungs, alpha), agreements=agreements, reversals=_reversals(rungs, alpha), fits=fits,
-        extrapolation=extrapolate(fits, target, failing) if target is not None else None, n_boot=n_boot,
+        extrapolation=extrapolate(fits, target, failing, dead) if target is not None else None, n_boot=n_boot,
         seed=seed, alpha=alpha)

@@ -161,7 +161,8 @@ def test_architectures_that_failed_every_run_rank_last():
     assert g.tau == pytest.approx(sps.kendalltau([1, 2, 3, 4], [1, 2, 3.5, 3.5]).statistic)
     rev = next(r for r in st.reversals if (r.a, r.b, r.kind) == ("d", "a", "adjacent"))
     assert rev.at_b.by == "failures" and rev.at_b.method == "fisher" and rev.at_b.diff == 1.0
-    assert st.fits["d"].reason.startswith("2 rung(s)") and "d" in st.extrapolation.unfitted
+    assert st.fits["d"].reason.startswith("2 rung(s)") and "no fit" in st.extrapolation.left_out["d"]
+    assert "c" not in st.extrapolation.order and "largest rung" in st.extrapolation.left_out["c"]
     assert "every run failed (5/5)" in "\n".join(ladder_lines(st))
 
 
