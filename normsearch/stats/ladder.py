@@ -428,6 +428,10 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
         raise ValueError(f"a ladder needs at least 2 rungs, got {len(rungs)}")
     if len({r.name for r in rungs}) < len(rungs):
         raise ValueError("rung names must be distinct")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    if target is not None and not target > 0:
+        raise ValueError(f"the target size must be positive, got {target}")
     boot = _bootstrap_means(rungs, n_boot, seed)
     agreements = [_agreement(rungs[i], rungs[j], j == i + 1, boot)
                   for i, j in itertools.combinations(range(len(rungs)), 2)]

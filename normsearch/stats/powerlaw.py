@@ -114,6 +114,9 @@ def fit_power_law(arch: str, sizes, means, mean_draws: np.ndarray | None = None)
     if len(sizes) < 3:
         fit.reason = f"{len(sizes)} rung(s) with a successful run; a power law needs 3"
         return fit
+    if min(sizes) <= 0:
+        fit.reason = "a size is not positive"
+        return fit
     if len(set(sizes)) < len(sizes):
         fit.reason = "two rungs have the same size"
         return fit

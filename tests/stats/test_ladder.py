@@ -204,9 +204,13 @@ def test_the_ladder_plot_draws(tmp_path):
     assert path.stat().st_size > 1000
 
 
-def test_a_ladder_needs_two_distinct_rungs():
+def test_bad_arguments_are_refused():
     rungs = ladder({"a": law(2.0, 1.5, 0.3)}, sizes=SIZES[:2])
     with pytest.raises(ValueError):
         analyse_ladder(rungs[:1])
     with pytest.raises(ValueError):
         analyse_ladder([rungs[0], rungs[0]])
+    with pytest.raises(ValueError):
+        analyse_ladder(rungs, target=0.0)
+    with pytest.raises(ValueError):
+        analyse_ladder(rungs, n_boot=0)
