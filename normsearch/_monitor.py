@@ -39,6 +39,31 @@ def evaluate(model: Transformer, windows: torch.Tensor, autocast) -> float:
     return total / count
 
 
+def window_losses(model: Transformer, windows: torch.Tensor, autocast) -> torch.Tensor:
+    """Mean cross-entropy (nats per token) of each window, for the test split and its noise."""
+    out = []
+    for chunk in windows.split(EVAL_BATCH):
+        x, y = chunk[:, :-1], chunk[:, 1:]
+        with autocast():
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+        out.append(loss.reshape(y.shape).mean(dim=1))
+    return torch.cat(out)
+
+
+def bootstrap_se(values, draws: int = 2000, seed: int = 0) -> float:
+    """The standard error of the mean of ``values`` by a bootstrap over them (the evaluation's own
+    noise: which windows happened to be in the split)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 2:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), size=(draws, len(v)))].mean(axis=1)
+    return float(means.std(ddof=1))
+
+
 def _diagnostics(model: Transformer, windows: torch.Tensor, autocast) -> dict[str, Any]:
     """A few numbers per layer: residual-stream RMS (into and out of every block), gradient norm of
     each layer's FFN weights (Xiong et al. 2020), the largest attention logit (Wortsman et al.

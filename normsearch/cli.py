@@ -269,6 +269,102 @@ def _run_workers(recipe: Path, extra: list[str], r, devices: Optional[str], jobs
     return True
 
 
+@app.command()
+@user_errors
+def confirm(
+    study: str = typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished search."),
+    top: Optional[int] = typer.Option(None, help="Found placements to confirm, best first (default: the recipe's "
+                                      "confirm.top, else 3)."),
+    seeds: Optional[int] = typer.Option(None, help="Fresh seeds per architecture (default: confirm.seeds, else 3)."),
+    baselines: Optional[str] = typer.Option(None, help="Baselines to confirm beside them, comma-separated "
+                                            "(default: the search's)."),
+    first_seed: Optional[int] = typer.Option(None, help="The first fresh seed (default 1000)."),
+    racing: Optional[int] = typer.Option(None, help="Race: add up to this many runs, one seed at a time, to the "
+                                         "architectures whose rank interval reaches the leader's (default: "
+                                         "search.racing)."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL of the study."),
+    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
+    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run)."),
+    threads: Optional[int] = typer.Option(None, "--train.threads", help="CPU threads per worker."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
+    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
+    worker_index: int = typer.Option(0, hidden=True, help="Unused; workers share the stage's fixed list."),
+):
+    """Confirm a finished search: retrain its top placements and the baselines on fresh seeds, each at
+    the learning rate the search chose for it, scored on the test split. Part of the same study:
+    resumable, shared by workers, deduplicated. The report then leads with the confirmed verdicts."""
+    from dataclasses import replace
+
+    from .recipe import ConfirmConfig, RacingConfig
+
+    url = read_only(study, storage)
+    stop_on_sigterm()
+    _setup_logging(verbose)
+    from .search import StudyInterrupted, open_results
+    from .search._confirm import run_confirm
+
+    parent = open_results(study, url, study_name)
+    cfg = parent.recipe.confirm or ConfirmConfig()
+    changes = {k: v for k, v in (("top", top), ("seeds", seeds), ("first_seed", first_seed)) if v is not None}
+    if baselines is not None:
+        changes["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
+    cfg = replace(cfg, **changes)
+    race = parent.recipe.search.racing
+    if racing is not None:
+        race = replace(race or RacingConfig(), budget=racing) if racing > 0 else None
+    if threads is not None:
+        parent.recipe = replace(parent.recipe, train=replace(parent.recipe.train, threads=threads))
+    if progress_json is None and jobs != "1":
+        from .search._workers import parse_jobs
+
+        if _confirm_workers(study, parent, cfg, race, parse_jobs(jobs or parent.recipe.search.jobs), verbose):
+            return
+    from .progress import JsonLines, RunBar
+
+    display = JsonLines(progress_json) if progress_json else RunBar(study=f"{parent.recipe.name}/confirm")
+    try:
+        with display as bar:
+            run_confirm(parent, cfg, race, bar, verbose)
+    except (StudyInterrupted, KeyboardInterrupt):
+        typer.echo(f"interrupted: finished runs are kept; run the same command to resume the confirmation of "
+                   f"{parent.recipe.name!r}", err=True)
+        raise typer.Exit(interrupted_code()) from None
+    if not progress_json:
+        from .ranking import DEFAULT_AGAINST
+
+        _print_report(parent, parent.folder, DEFAULT_AGAINST)
+
+
+def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool:
+    """``confirm --jobs N``: the stage is created here (its list fixed once), then N workers train it."""
+    import torch
+
+    from .progress import WorkersView
+    from .ranking import DEFAULT_AGAINST
+    from .search._confirm import open_confirm
+    from .search._workers import plan_workers, run_workers
+
+    workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))
+    if len(workers) == 1:
+        return False
+    open_confirm(parent, cfg, race)
+    extra = ["--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed", str(cfg.first_seed),
+             "--baselines", ",".join(cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines),
+             "--racing", str(race.budget if race else 0), "--study-name", parent.study.study_name]
+    names = [w.name for w in workers]
+    with WorkersView(f"{parent.recipe.name}/confirm", names) as view:
+        codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
+                            sigterm=lambda: interrupted_code() == 143, command="confirm")
+    if any(c in (130, 143) for c in codes):
+        typer.echo("interrupted: finished runs are kept; run the same command to resume the confirmation", err=True)
+        raise typer.Exit(interrupted_code())
+    if any(codes):
+        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
+                              f"{codes}); their errors are above; finished runs are kept")
+    _print_report(parent, parent.folder, DEFAULT_AGAINST)
+    return True
+
+
 @app.command(context_settings=OVERRIDES)
 @user_errors
 def validate(

@@ -199,6 +199,42 @@ class Tokens:
         starts = np.unique(np.linspace(0, span, num=n).round().astype(np.int64))
         return np.stack([self.val[s: s + context_length + 1] for s in starts]).astype(np.int64)
 
+    def test_windows(self, context_length: int, min_bytes: int, n_val: int) -> np.ndarray:
+        """The test split: windows of ``context_length + 1`` tokens from the validation split that
+        share no token with the ``n_val`` validation windows (:meth:`val_windows`) nor with each
+        other, evenly spaced, enough of them to hold at least ``min_bytes`` bytes of targets.
+        Validation chooses (learning rates, the sampler); these confirm. They come from the same
+        held-out documents as the validation windows, never from the training split."""
+        w = context_length + 1
+        span = len(self.val) - w
+        need = max(1, math.ceil(min_bytes / (context_length * self.bytes_per_token)))
+        taken = np.unique(np.linspace(0, max(span, 0), num=n_val).round().astype(np.int64))
+        free = np.ones(len(self.val), dtype=bool)  # starts whose window would touch no validation window
+        for s in taken:
+            free[max(0, s - w + 1): s + w] = False
+        free[max(span + 1, 0):] = False
+        candidates = np.flatnonzero(free)
+        starts: list[int] = []
+        if len(candidates):
+            targets = np.linspace(0, span, num=2 * need)
+            picks = np.unique(candidates[np.minimum(np.searchsorted(candidates, targets), len(candidates) - 1)])
+            for c in picks:
+                if not starts or c >= starts[-1] + w:  # no token shared with the previous test window
+                    starts.append(int(c))
+        if len(starts) < need:
+            raise NormsearchError(
+                f"the validation split ({len(self.val):,} tokens) holds only {len(starts)} test windows of {w} "
+                f"tokens apart from its {n_val} validation windows, fewer than the {need} a {min_bytes:,}-byte test "
+                f"split needs; use more data or a smaller confirm.test_bytes")
+        starts = [starts[i] for i in np.linspace(0, len(starts) - 1, num=need).round().astype(np.int64)]
+        return np.stack([self.val[s: s + w] for s in starts]).astype(np.int64)
+
+    def unigram_bpb_on(self, windows: np.ndarray) -> float:
+        """:meth:`unigram_bpb` on given windows (their targets)."""
+        counts = np.bincount(np.asarray(self.train, dtype=np.int64), minlength=self.vocab_size) + 1.0
+        log_p = np.log2(counts / counts.sum())
+        return float(-log_p[windows[:, 1:].ravel()].mean()) / self.bytes_per_token
+
     def train_batches(self, context_length: int, batch_size: int, seed: int):
         """An endless stream of (x, y) windows from the train split; the seed fixes the order."""
         rng = np.random.default_rng(seed)

@@ -18,7 +18,7 @@ from .config import ModelConfig, from_mapping, to_mapping
 from .data import DataConfig
 from .errors import NormsearchError, unknown
 
-SECTIONS = ("name", "model", "data", "train", "space", "search", "report", "storage", "results_dir")
+SECTIONS = ("name", "model", "data", "train", "space", "search", "report", "confirm", "storage", "results_dir")
 SCALARS = ("name", "storage", "results_dir")  # top-level values given as text, never read as YAML
 
 
@@ -72,6 +72,9 @@ class TrainConfig:
     devices: int = 1  # devices per trial
     compile: bool | Literal["auto"] = "auto"  # torch.compile the model; auto: on GPU only (see README)
     logger: Literal["none", "csv", "tensorboard", "wandb", "mlflow"] = "none"  # curves of every run, offline
+    # the extending sweep: when an architecture's best learning rate is at an end of train.lr, one
+    # more point beyond it (train.lr's own ratio between points), up to this many per architecture
+    lr_extend: int = 0
 
     def __post_init__(self):
         checks = [
@@ -93,15 +96,73 @@ class TrainConfig:
             (self.spike_factor > 1, "train.spike_factor must be > 1"),
             (self.devices >= 1, "train.devices must be >= 1"),
             (self.threads is None or self.threads >= 1, "train.threads must be >= 1"),
+            (self.lr_extend >= 0, "train.lr_extend must be >= 0"),
+            (self.lr_extend == 0 or len(self.lr) >= 2,
+             "train.lr_extend needs a sweep of two or more learning rates (its ratio is the extension's step)"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise NormsearchError(msg)
 
     @property
+    def lr_ratio(self) -> float | None:
+        """The sweep's step: the geometric mean ratio between neighbouring learning rates."""
+        lrs = sorted(self.lr)
+        if len(lrs) < 2:
+            return None
+        return (lrs[-1] / lrs[0]) ** (1.0 / (len(lrs) - 1))
+
+    @property
     def runs(self) -> list[tuple[int, float]]:
         """(seed, lr) of every run of one architecture, in the order they are trained."""
         return [(s, lr) for lr in self.lr for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class RacingConfig:
+    """Racing the confirmation: seeds are added one at a time to the architectures whose rank
+    interval overlaps the leader's, until they separate, the leader's P(best) reaches ``p_best``, or
+    ``budget`` extra runs are spent."""
+
+    budget: int = 12  # extra runs (one seed at one architecture's learning rate each), in all
+    p_best: float = 0.95
+
+    def __post_init__(self):
+        if self.budget < 1:
+            raise NormsearchError("search.racing.budget must be >= 1 (extra runs)")
+        if not 0.5 < self.p_best < 1:
+            raise NormsearchError(f"search.racing.p_best must be in (0.5, 1), not {self.p_best}")
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    """The confirmation stage (``normsearch confirm``): the top placements and the baselines trained
+    again on fresh seeds, each at the learning rate the search chose for it, scored on the test split."""
+
+    top: int = 3  # found placements (not baselines), by the search's ranking
+    seeds: int = 3  # fresh seeds per architecture (racing may add more)
+    baselines: list[str] | None = None  # default: search.baselines
+    test_bytes: int = 100_000  # the test split: at least this many bytes of text no validation window touches
+    first_seed: int = 1000  # fresh seeds are first_seed, first_seed + 1, ...; none may be a search seed
+
+    def __post_init__(self):
+        from .baselines import BASELINES
+
+        if self.top < 0:
+            raise NormsearchError("confirm.top must be >= 0")
+        if self.seeds < 2:
+            raise NormsearchError("confirm.seeds must be >= 2 (a verdict needs a variance)")
+        if self.test_bytes < 1000:
+            raise NormsearchError("confirm.test_bytes must be >= 1000")
+        problem = seed_problem(self.first_seed, "confirm.first_seed")
+        if problem:
+            raise NormsearchError(problem)
+        for b in self.baselines or []:
+            if b not in BASELINES:
+                raise NormsearchError(f"confirm.baselines: {unknown('baseline', b, BASELINES)}")
+
+    def seed_list(self, extra: int = 0) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.seeds + extra))
 
 
 @dataclass(frozen=True)
@@ -118,6 +179,7 @@ class SearchConfig:
     heartbeat: int = 60  # seconds between a running trial's heartbeats (RDB/journal storage)
     grace: int = 600  # a trial silent for this long is dead and is retried
     jobs: int | Literal["auto"] = "auto"  # local workers on the study (normsearch run --jobs)
+    racing: RacingConfig | None = None  # race the confirmation's seeds (needs a confirm section)
 
     def __post_init__(self):
         from .baselines import BASELINES
@@ -175,6 +237,7 @@ class Recipe:
     source: str | None = None  # the file it came from
     raw: dict = field(default_factory=dict, compare=False)  # the resolved recipe as plain data
     report: ReportConfig = field(default_factory=ReportConfig)
+    confirm: ConfirmConfig | None = None  # the confirmation stage, run after the search
 
     @property
     def folder(self) -> Path:
@@ -204,6 +267,7 @@ class Recipe:
             "space": self.space.to_dict() if self.space is not None else None,
             "search": to_mapping(self.search),
             "report": to_mapping(self.report),
+            **({"confirm": to_mapping(self.confirm)} if self.confirm is not None else {}),
             "storage": mask_url(self.storage),
             "results_dir": self.results_dir,
         }
@@ -286,6 +350,34 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None =
     return recipe_from_dict(raw, base=path.parent, source=str(path))
 
 
+LR_RANGE_KEYS = ("low", "high", "points", "extend")
+
+
+def _lr_range(train):
+    """``train.lr`` given as a log range, ``{low, high, points, extend}``, as the list of its points
+    (log-spaced, rounded to 4 significant digits) and ``train.lr_extend``."""
+    if not isinstance(train, dict) or not isinstance(train.get("lr"), dict):
+        return train
+    spec = train["lr"]
+    for key in spec:
+        if key not in LR_RANGE_KEYS:
+            raise NormsearchError(f"{_yaml.where(spec, key)}train.lr: {unknown('key', key, LR_RANGE_KEYS)}")
+    low, high, points = spec.get("low"), spec.get("high"), spec.get("points", 3)
+    for what, v in (("low", low), ("high", high)):
+        problem = lr_problem(v, f"train.lr.{what}")
+        if problem:
+            raise NormsearchError(f"{_yaml.where(spec, what)}{problem}")
+    if isinstance(points, bool) or not isinstance(points, int) or points < 2 or high <= low:
+        raise NormsearchError(f"{_yaml.where(spec)}train.lr as a range needs low < high and points >= 2 (an "
+                              f"integer), not {dict(spec)}")
+    extend = spec.get("extend", 0)
+    if "lr_extend" in train and "extend" in spec:
+        raise NormsearchError("give the sweep's extension once: train.lr.extend or train.lr_extend")
+    lrs = [float(f"{low * (high / low) ** (i / (points - 1)):.4g}") for i in range(points)]
+    return {**{k: v for k, v in train.items() if k != "lr"}, "lr": lrs,
+            "lr_extend": train.get("lr_extend", extend)}
+
+
 def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = None) -> Recipe:
     """A recipe from its plain-data form (as written in YAML, or as saved with a study)."""
     from .space import load_space
@@ -306,7 +398,7 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
         elif model.vocab_size < data.vocab_size:
             raise NormsearchError(f"model.vocab_size {model.vocab_size} is smaller than the BPE vocabulary "
                                   f"data.vocab_size {data.vocab_size}")
-    train = from_mapping(TrainConfig, raw.get("train"), "train")
+    train = from_mapping(TrainConfig, _lr_range(raw.get("train")), "train")
     search = from_mapping(SearchConfig, raw.get("search"), "search")
     space = None
     if raw.get("space") is not None:
@@ -323,5 +415,13 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
     if search.second_objective == "none" and search.sampler == "nsga2":
         raise NormsearchError("search.sampler nsga2 needs search.second_objective")
     report = from_mapping(ReportConfig, raw.get("report"), "report")
-    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source, report=report)
+    confirm = from_mapping(ConfirmConfig, raw["confirm"], "confirm") if raw.get("confirm") is not None else None
+    if search.racing is not None and confirm is None:
+        raise NormsearchError(f"{_yaml.where(raw, 'search')}search.racing races the confirmation stage's seeds; add a "
+                              f"`confirm:` section (e.g. confirm: {{top: 3, seeds: 3}}) or remove search.racing")
+    if confirm is not None and set(confirm.seed_list(search.racing.budget if search.racing else 0)) & set(train.seeds):
+        raise NormsearchError(f"confirm.first_seed {confirm.first_seed}: the confirmation's seeds must be fresh, not "
+                              f"train.seeds {train.seeds}; raise confirm.first_seed")
+    recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source, report=report,
+                    confirm=confirm)
     return replace(recipe, raw=recipe.to_dict())

@@ -24,6 +24,8 @@ A_ARCH, A_BASELINE, A_LABEL, A_PLACEMENT, A_SITES = "arch_id", "baseline", "labe
 A_WORKER, A_HEARTBEAT, A_SCORE, A_REUSED = "worker", "heartbeat", "score", "reused_from"
 A_FAILED, A_RUNS = "failure", "runs"  # A_RUNS: the list of run keys; each run is its own attribute
 A_RECIPE = "recipe"  # a study attribute: the resolved recipe, stored once
+A_LR_EXTENDED = "lr_extended"  # learning rates the extending sweep added to train.lr, in order
+A_TASK, A_SEEDS, A_LRS = "task", "task_seeds", "task_lrs"  # a stage's trial: its key, seeds and learning rates
 RUN_PREFIX = "run:"
 
 
@@ -80,6 +82,10 @@ class RunResult:
     worker: str = ""  # the worker that trained it (host:pid)
     compiled: bool = False  # torch.compile of the training forward
     tf32: bool = False  # TF32 matmuls (32-true on a GPU that has them)
+    # the test split (a confirmation run): value is then its bits/byte and metric "test_bpb"
+    test_windows: int = 0
+    test_se: float | None = None  # the evaluation's own noise: bootstrap SE over the test windows
+    val_bpb: float | None = None  # the final validation loss of a run scored on the test split
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

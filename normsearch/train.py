@@ -182,11 +182,14 @@ def train_run(
     label: str | None = None,
     log_dir: str | Path | None = None,
     log_group: str = "normsearch",
+    test_bytes: int | None = None,
 ) -> RunResult:
     """Train ``placement`` once and score it. ``on_eval(step, val_bpb)`` is called at every
     evaluation; returning True stops the run as pruned. ``checkpoint``: write the final weights
     (safetensors) there. ``log_dir``/``log_group``: where ``train.logger`` writes the run's curves
-    (the study's ``results/<name>/logs`` and name)."""
+    (the study's ``results/<name>/logs`` and name). ``test_bytes``: score the run on the test split
+    of at least that many bytes (:meth:`normsearch.data.Tokens.test_windows`) instead of the
+    validation windows, with the evaluation's bootstrap standard error (a confirmation run)."""
     if isinstance(placement, str):
         from .baselines import baseline
 
@@ -257,6 +260,8 @@ def train_run(
         result.tokens_per_s = monitor.steps * monitor.tokens_per_step / max(monitor.train_time, 1e-9)
         if not result.diverged and result.curve:
             result.value = result.curve[-1]["val_bpb"]
+            if test_bytes:
+                _score_on_test(result, net, tokens, model, data, test_bytes, monitor)
         if checkpoint is not None and not result.diverged and trainer.is_global_zero:
             from .checkpoint import save_weights
 
@@ -264,6 +269,27 @@ def train_run(
     if progress:
         progress.end(result)
     return result
+
+
+def _score_on_test(result: RunResult, net, tokens: Tokens, model: ModelConfig, data: DataConfig, test_bytes: int,
+                   monitor) -> None:
+    """The run's value on the test split, and the evaluation's own noise (bootstrap SE over windows)."""
+    from ._monitor import bootstrap_se, window_losses
+
+    windows = torch.from_numpy(tokens.test_windows(model.context_length, test_bytes, data.eval_windows))
+    device = next(net.parameters()).device
+    was = net.training
+    net.eval()
+    with torch.no_grad():
+        per_window = window_losses(net, windows.to(device), monitor._autocast(device)).double().cpu().numpy()
+    net.train(was)
+    to_bpb = 1.0 / (math.log(2) * tokens.bytes_per_token)
+    result.val_bpb = result.value
+    result.value = float(per_window.mean() * to_bpb)
+    result.metric = "test_bpb"
+    result.test_windows = len(per_window)
+    result.test_se = bootstrap_se(per_window * to_bpb)
+    result.unigram_bpb = tokens.unigram_bpb_on(windows.numpy())
 
 
 def _fit(trainer, module, loader) -> None:

@@ -148,6 +148,31 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     files = {"csv": "ranking.csv", "json": "ranking.json"}
     write_csv(ranking, out_dir / files["csv"])
     data = ranking_json(ranking, effects, importance, written)
+    confirmed = _confirmation(handle_or_study, out_dir, against, overwrite)
+    if confirmed is not None:
+        data["confirmed"] = {"report": "confirm/report.md", "racing": confirmed[2],
+                             "rows": [_clean(r.to_dict()) for r in confirmed[0].ranked]}
     (out_dir / files["json"]).write_text(json.dumps(data, indent=1) + "\n")
-    (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top))
+    (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top,
+                                                       confirmed=confirmed[1] if confirmed else None))
     return ranking
+
+
+def _confirmation(handle, out_dir: Path, against, overwrite: bool):
+    """The confirmation stage of a search, when it has one: its own report written into
+    ``out_dir/confirm``, and (its ranking, the headline lines, the racing summary)."""
+    from ..search import StudyHandle
+    from ..search._confirm import confirm_handle
+    from ._confirmed import confirmed_lines, racing_summary
+
+    if not isinstance(handle, StudyHandle):
+        return None
+    stage = confirm_handle(handle)
+    if stage is None:
+        return None
+    search = rank(handle, against=against)
+    confirmed = write_report(stage, out_dir / "confirm", against=against, overwrite=True)
+    attrs = dict(stage.study.user_attrs)
+    seeds = (attrs.get("stage") or {}).get("seeds") or []
+    return confirmed, confirmed_lines(search, confirmed, attrs, "confirm/report.md"), \
+        racing_summary(attrs, confirmed, len(seeds))

@@ -275,11 +275,16 @@ def _problems(ranking: Ranking) -> list[str]:
 
 
 def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Importance,
-                    plots: dict[str, str] | None = None, files: dict[str, str] | None = None, top: int = 3) -> str:
-    """``report.md``'s text. ``plots``: name -> file name (relative to the report)."""
+                    plots: dict[str, str] | None = None, files: dict[str, str] | None = None, top: int = 3,
+                    confirmed: list[str] | None = None) -> str:
+    """``report.md``'s text. ``plots``: name -> file name (relative to the report). ``confirmed``: the
+    confirmation stage's headline lines, which then come first, the search's summary after them."""
     lines = _header(ranking, files or {})
     at = lines.index("## What was measured")
-    lines[at:at] = summary_lines(ranking)
+    summary = summary_lines(ranking)
+    if confirmed and summary:
+        summary[0] = "## In short, from the search (the seeds and validation windows that chose)"
+    lines[at:at] = (confirmed or []) + summary
     if not ranking.rows:
         lines += ["No architecture has finished yet: nothing to rank.", ""]
     else:

@@ -29,8 +29,8 @@ from .. import storage as _storage
 from ..baselines import baseline as get_baseline
 from ..errors import NormsearchError, Terminated
 from ..recipe import Recipe
-from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_PLACEMENT, A_WORKER, ArchRecord, RunResult,
-                       run_key)
+from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_WORKER, ArchRecord,
+                       RunResult, run_key)
 from ..scoring import Score, score_runs
 from ..spec import Placement
 from ..storage import retry
@@ -201,7 +201,7 @@ class Search:
                 return "surplus"
 
         with Heartbeat(self.study, tid, s.heartbeat):
-            state, runs, score = self.train(trial, placement, arch, record.label)
+            state, runs, score = self.train(trial, placement, arch, record.label, self._train_config())
         record.state = state.name
         record.values = None if state == TrialState.PRUNED else self._values(score)
         record.score = score.to_dict() if score else None
@@ -280,6 +280,14 @@ class Search:
                         workers, t.threads, cores(), workers, max(1, cores() // workers))
         return t
 
+    def _test_bytes(self) -> int | None:
+        """Score runs on a test split of this many bytes (a confirmation stage), or None (validation)."""
+        return None
+
+    def _runs_of(self, trial) -> list[tuple[int, float]]:
+        """The (seed, lr) runs another worker's trial trains (what :meth:`help` may take)."""
+        return self.recipe.train.runs
+
     def _train_one(self, placement, t, seed: int, lr: float, label: str, path: Path, on_eval=None) -> RunResult:
         """Train one run (its claim held by the caller) and write it to disk unless pruned."""
         from ..train import train_run
@@ -287,7 +295,8 @@ class Search:
         result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
                            tokens=self._tokens(), progress=self.display, on_eval=on_eval, verbose=self.verbose,
                            checkpoint=path.with_suffix(".safetensors"), label=label,
-                           log_dir=self.handle.folder / "logs", log_group=self.recipe.name)
+                           log_dir=self.handle.folder / "logs", log_group=self.recipe.name,
+                           test_bytes=self._test_bytes())
         result.worker = self.worker
         if not result.pruned:
             write_json(path, result.to_dict())
@@ -305,13 +314,14 @@ class Search:
                     return self._train_one(placement, t, seed, lr, label, path)
             time.sleep(0.2)
 
-    def train(self, trial, placement: Placement, arch: str, label: str):
-        """Every (seed, lr) run of the architecture; runs already on disk are not redone, runs that a
-        helper on this host is training are waited for. The result is the same as if this worker had
-        trained every run itself, in order."""
+    def train(self, trial, placement: Placement, arch: str, label: str, t):
+        """Every (seed, lr) run of the architecture under training settings ``t``; runs already on disk
+        are not redone, runs that a helper on this host is training are waited for. The result is the
+        same as if this worker had trained every run itself, in order. Then the extending sweep:
+        while the best learning rate is at an end of the sweep, one more point beyond it (up to
+        ``train.lr_extend`` points), recorded on the trial."""
         from optuna.trial import TrialState
 
-        t = self._train_config()
         tid = _optuna.trial_id(trial)
         share = self.shares_runs()
         if share:
@@ -319,6 +329,7 @@ class Search:
         results: dict[int, RunResult] = {}
         deferred: list[int] = []
         state = TrialState.COMPLETE
+        plan = list(t.runs)  # grows with the extending sweep
 
         def on_eval_at(i):
             def on_eval(step, value):
@@ -336,31 +347,46 @@ class Search:
                     if on_eval_at(i)(point["step"], point["val_bpb"]):
                         pruned = True
                         break
-            seed, lr = t.runs[i]
+            seed, lr = plan[i]
             _set_attrs(self.study, tid, {run_key(seed, lr): result.compact()})
             results[i] = result
             return pruned
 
-        for i, (seed, lr) in enumerate(t.runs):
+        def run(i, may_defer: bool) -> bool | None:
+            """Train (or read, or wait for) run i; None when deferred to a helper."""
+            seed, lr = plan[i]
             path = run_path(self.handle.runs_dir, arch, seed, lr)
             claim = None if path.is_file() else try_claim(path, self.worker)
             if claim is not None:
                 with claim:
-                    result, live = self._train_one(placement, t, seed, lr, label, path, on_eval_at(i)), True
-            elif path.is_file():
-                result, live = read_run(path), False
-            elif share:  # a helper trains it: take the next one meanwhile
+                    return finish(i, self._train_one(placement, t, seed, lr, label, path, on_eval_at(i)), True)
+            if path.is_file():
+                return finish(i, read_run(path), False)
+            if may_defer:  # a helper trains it: take the next one meanwhile
                 deferred.append(i)
-                continue
-            else:
-                result, live = self._await_run(placement, t, seed, lr, label, path), False
-            if finish(i, result, live):
+                return None
+            return finish(i, self._await_run(placement, t, seed, lr, label, path), False)
+
+        for i in range(len(plan)):
+            if run(i, share):
                 state = TrialState.PRUNED
                 break
         for i in deferred:
-            seed, lr = t.runs[i]
-            finish(i, self._await_run(placement, t, seed, lr, label,
-                                      run_path(self.handle.runs_dir, arch, seed, lr)), False)
+            seed, lr = plan[i]
+            finish(i, self._await_run(placement, t, seed, lr, label, run_path(self.handle.runs_dir, arch, seed, lr)),
+                   False)
+        extended: list[float] = []
+        while state == TrialState.COMPLETE and len(extended) < t.lr_extend:
+            lr = extension([results[i] for i in sorted(results)], t, self.recipe.search.objective)
+            if lr is None:
+                break
+            extended.append(lr)
+            _set_attrs(self.study, tid, {A_LR_EXTENDED: extended})
+            for seed in t.seeds:
+                plan.append((seed, lr))
+                if run(len(plan) - 1, False):
+                    state = TrialState.PRUNED
+                    break
         runs = [results[i] for i in sorted(results)]
         score = score_runs(runs, self.recipe.search.objective) if state == TrialState.COMPLETE else None
         if score is not None:
@@ -383,7 +409,7 @@ class Search:
             arch = ua[A_ARCH]
             if placement.arch_id(L) != arch:
                 continue
-            for seed, lr in reversed(self.recipe.train.runs):
+            for seed, lr in reversed(self._runs_of(tr)):
                 path = run_path(self.handle.runs_dir, arch, seed, lr)
                 claim = None if path.is_file() else try_claim(path, self.worker)
                 if claim is None:
@@ -399,6 +425,21 @@ class Search:
 
             self.tokens = load_tokens(self.recipe.data)
         return self.tokens
+
+
+def extension(runs: list[RunResult], t, objective: str = "mean") -> float | None:
+    """The next point of the extending sweep: one step of the sweep's ratio beyond its end when the
+    best learning rate so far is at that end; None when it is inside (or the sweep has one point)."""
+    ratio = t.lr_ratio
+    if ratio is None or not runs:
+        return None
+    lrs = sorted({float(r.lr) for r in runs})
+    best = score_runs(runs, objective).best_lr
+    if best == lrs[-1]:
+        return float(f"{lrs[-1] * ratio:.4g}")
+    if best == lrs[0]:
+        return float(f"{lrs[0] / ratio:.4g}")
+    return None
 
 
 def _dist_json(d) -> str:
@@ -420,4 +461,8 @@ def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, displa
     ensure_runnable(recipe, storage=storage)  # before the study exists: a bad recipe locks nothing
     handle = open_study(recipe, storage, seed_offset=seed_offset)
     Search(handle, display, verbose).run()
+    if recipe.confirm is not None:  # the confirmation stage, once the search is done
+        from ._confirm import run_confirm
+
+        run_confirm(handle, recipe.confirm, recipe.search.racing, display, verbose)
     return handle

@@ -55,6 +55,18 @@ def fingerprint(raw: dict) -> dict:
     return out
 
 
+def stored_fingerprint(raw: dict) -> dict:
+    """:func:`fingerprint` of a recipe saved by an earlier version: read again as today's recipe, so
+    that a setting added since (saved without it) compares as its default, which is what those runs
+    used."""
+    from ..recipe import recipe_from_dict
+
+    try:
+        return fingerprint(recipe_from_dict(raw).raw)
+    except Exception:  # a recipe this version cannot read: compare as saved
+        return fingerprint(raw)
+
+
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     """Where two plain-data trees first differ, as ``train.steps: 200 in the study, 10 now``."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -81,7 +93,7 @@ def _check_folder(recipe: Recipe, folder: Path, creating: bool) -> None:
         old = _yaml.load(saved)
     except NormsearchError:
         old = None
-    diff = first_difference(fingerprint(old), fingerprint(recipe.raw)) if isinstance(old, dict) else "unreadable"
+    diff = first_difference(stored_fingerprint(old), fingerprint(recipe.raw)) if isinstance(old, dict) else "unreadable"
     if diff:
         raise NormsearchError(
             f"{folder} holds the results of another run of study {recipe.name!r} ({diff}) and no database of it; "
@@ -127,7 +139,7 @@ def open_study(recipe: Recipe, storage: str | None = None, create: bool = True, 
     if stored is None or (stored != now and not retry(lambda: _has_results(study), "read the trials")):
         retry(lambda: study.set_user_attr(A_RECIPE, now), "save the recipe")
     else:
-        diff = first_difference(fingerprint(stored), fingerprint(now))
+        diff = first_difference(stored_fingerprint(stored), fingerprint(now))
         if diff:
             raise NormsearchError(
                 f"study {recipe.name!r} was run with another recipe ({diff}); its trials would not be comparable: "

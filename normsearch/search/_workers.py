@@ -118,14 +118,14 @@ def _die_with_parent():  # pragma: no cover - runs in the child between fork and
 
 
 def run_workers(recipe_path: Path, extra: list[str], workers: list[Worker], url: str, verbose: bool,
-                view, sigterm=lambda: False) -> list[int]:
+                view, sigterm=lambda: False, command: str = "run") -> list[int]:
     """Start the workers, feed their progress (JSON lines) to ``view.handle``, and wait for them.
     Returns their exit codes. A Ctrl-C reaches the workers too, and they mark their trials before they
     exit with 130; a SIGTERM reaches this process only (``sigterm()`` says which it was), so it is
     passed on to them. The storage URL goes to them in their environment, never on a command line."""
     procs = []
     for i, w in enumerate(workers):
-        cmd = [sys.executable, "-m", "normsearch", "run", str(recipe_path), *extra, *w.args,
+        cmd = [sys.executable, "-m", "normsearch", command, str(recipe_path), *extra, *w.args,
                "--storage", f"env:{WORKER_STORAGE}", "--jobs", "1", "--worker-index", str(i), "--progress-json",
                w.name] + (["--verbose"] if verbose else [])
         procs.append(subprocess.Popen(cmd, env={**os.environ, **w.env, WORKER_STORAGE: url}, stdout=subprocess.PIPE,
