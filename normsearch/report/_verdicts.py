@@ -124,7 +124,8 @@ def judgement_lines(ranking: Ranking) -> list[str]:
                  "with the failure hurdle applied in every draw.")
     if j.unigram_bpb is not None:
         lines.append(f"- **Stalls**: a model that learned only the training bytes' frequencies scores "
-                     f"{j.unigram_bpb:.3f} {UNIT} on the windows the runs are scored on; a run that ends within the stall "
+                     f"{j.unigram_bpb:.3f} {UNIT} on the windows the runs are scored on; a run that ends within "
+                     f"the stall "
                      f"margin of that (or never improves on its loss at initialisation) stalled.")
     else:
         lines.append("- **Stalls**: the study's data could not be read here, so stalls are judged by the loss at "

@@ -131,6 +131,24 @@ def held_by_live_worker(run_json: Path) -> bool:
         os.close(fd)
 
 
+def clear_stale(run_json: Path) -> None:
+    """Remove the claim of a run that is already on disk when no live worker holds it (its worker was
+    killed between writing the run and releasing the claim)."""
+    path = claim_path(run_json)
+    if not path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        if _lock(fd):  # under the lock, as Claim.release removes it
+            path.unlink(missing_ok=True)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 # -- the workers on this host and their cores -------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from ..spec import Placement
 from ..storage import retry
 from . import _optuna
 from ._census import Census, census
-from ._claims import Registered, cores, live_workers, thread_share, try_claim
+from ._claims import Registered, clear_stale, cores, live_workers, thread_share, try_claim
 from ._disk import add_finished, keep_best_checkpoint, read_run, run_path, sync_local_results, write_json
 from ._liveness import Heartbeat, alive_here, enqueue_retry, reap_dead_trials, worker_id
 from ._open import StudyHandle, directions, open_study
@@ -361,6 +361,7 @@ class Search:
                 with claim:
                     return finish(i, self._train_one(placement, t, seed, lr, label, path, on_eval_at(i)), True)
             if path.is_file():
+                clear_stale(path)
                 return finish(i, read_run(path), False)
             if may_defer:  # a helper trains it: take the next one meanwhile
                 deferred.append(i)

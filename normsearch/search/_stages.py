@@ -24,11 +24,10 @@ from typing import Any
 
 from ..errors import NormsearchError, Terminated
 from ..recipe import Recipe
-from ..records import A_ARCH, A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, ArchRecord, run_key
+from ..records import A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, ArchRecord, run_key
 from ..spec import Placement
 from ..storage import open_storage, retry
 from . import _optuna
-from ._claims import Registered
 from ._disk import write_json
 from ._liveness import Heartbeat, reap_dead_trials
 from ._loop import Search, StudyInterrupted, _set_attrs
@@ -184,7 +183,7 @@ class StageSearch(Search):
     def enqueue_baselines(self):
         trials = retry(lambda: self.study.get_trials(deepcopy=False), "read")
         present = {t.user_attrs.get(A_TASK) for t in trials if t.state.name != "FAIL"}
-        for key, task in self.tasks().items():
+        for key in self.tasks():
             if key not in present:
                 attrs = {A_TASK: key}
                 retry(lambda attrs=attrs: self.study.enqueue_trial({}, user_attrs=attrs), "enqueue a task")

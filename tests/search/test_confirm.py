@@ -1,0 +1,223 @@
+"""The protocol (issue 16): a test split apart from the validation windows, the extending lr sweep,
+``normsearch confirm`` as a stage of the same study (fresh seeds, each architecture at the lr the
+search chose, scored on the test split; resumable after ``kill -9``), racing, and the report that
+leads with the confirmed verdicts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from normsearch.cli import app
+from normsearch.data import Tokens
+from normsearch.errors import NormsearchError
+from normsearch.recipe import RacingConfig, load_recipe, recipe_from_dict
+from normsearch.records import RunResult
+from normsearch.search import open_results
+from normsearch.search._confirm import confirm_handle
+from normsearch.search._loop import extension
+from normsearch.search._open import fingerprint, stored_fingerprint
+from normsearch.search._stages import A_STAGE, Entry, Stage, racing_round
+
+from tiny import write_tiny_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+CONFIRM = "confirm: {top: 1, seeds: 2, test_bytes: 8000}\n"
+
+
+# -- the test split ---------------------------------------------------------------------------------
+
+
+def _tokens(n_val: int) -> Tokens:
+    rng = np.random.default_rng(0)
+    return Tokens(train=rng.integers(0, 50, 5000).astype(np.uint16), val=rng.integers(0, 50, n_val).astype(np.uint16),
+                  vocab_size=50, bytes_per_token=1.0, key="k")
+
+
+def _starts(windows: np.ndarray, split: np.ndarray) -> list[int]:
+    """Where each window starts in ``split`` (windows are random tokens, so the match is unique)."""
+    view = np.lib.stride_tricks.sliding_window_view(split.astype(np.int64), windows.shape[1])
+    return [int(np.flatnonzero((view == w).all(axis=1))[0]) for w in windows]
+
+
+def test_the_test_split_touches_no_validation_window_and_holds_the_bytes_asked_for():
+    tok = _tokens(20_000)
+    ctx, n_val = 16, 8
+    test = tok.test_windows(ctx, 2_000, n_val)
+    assert test.shape[1] == ctx + 1 and test.shape[0] * ctx >= 2_000
+    val_starts = _starts(tok.val_windows(ctx, n_val), tok.val)
+    test_starts = sorted(_starts(test, tok.val))
+    w = ctx + 1
+    for s in test_starts:
+        assert all(s + w <= v or v + w <= s for v in val_starts), "a test window shares tokens with a validation one"
+    assert all(b - a >= w for a, b in zip(test_starts, test_starts[1:])), "test windows overlap each other"
+    assert test_starts[-1] - test_starts[0] > len(tok.val) // 2  # spread over the split, not bunched at its start
+
+
+def test_a_test_split_larger_than_the_held_out_text_is_refused():
+    with pytest.raises(NormsearchError, match="too small|fewer than"):
+        _tokens(3_000).test_windows(16, 10_000, 8)
+
+
+# -- the extending sweep ----------------------------------------------------------------------------
+
+
+def test_a_learning_rate_range_reads_as_log_spaced_points_with_an_extension_cap(tmp_path):
+    recipe = write_tiny_recipe(tmp_path)
+    r = load_recipe(recipe, ["--train.lr", "{low: 1.0e-3, high: 4.0e-3, points: 3, extend: 2}"])
+    assert r.train.lr == [1e-3, 2e-3, 4e-3] and r.train.lr_extend == 2 and r.train.lr_ratio == pytest.approx(2.0)
+    assert recipe_from_dict(r.raw).train == r.train  # as saved with the study, read back the same
+    for bad in ("{low: 1.0e-3, high: 4.0e-3, steps: 3}", "{low: 4.0e-3, high: 1.0e-3}", "{low: 0, high: 1}"):
+        with pytest.raises(NormsearchError, match="train.lr"):
+            load_recipe(recipe, ["--train.lr", bad])
+    with pytest.raises(NormsearchError, match="lr_extend needs a sweep"):
+        load_recipe(recipe, ["--train.lr_extend", "1"])
+
+
+def _run(lr, loss, seed=0):
+    return RunResult(arch_id="a", label="a", placement={}, n_layers=2, seed=seed, lr=lr, value=loss,
+                     curve=[{"step": 0, "val_bpb": 9.0}, {"step": 10, "val_bpb": loss}])
+
+
+def test_the_sweep_extends_past_the_end_that_holds_the_best_and_not_from_inside():
+    t = SimpleNamespace(lr_ratio=2.0)
+    assert extension([_run(1e-3, 3.0), _run(2e-3, 2.5)], t) == 4e-3
+    assert extension([_run(1e-3, 2.0), _run(2e-3, 2.5)], t) == 5e-4
+    assert extension([_run(1e-3, 3.0), _run(2e-3, 2.5), _run(4e-3, 2.7)], t) is None
+    assert extension([_run(1e-3, 3.0)], SimpleNamespace(lr_ratio=None)) is None
+
+
+def test_a_study_records_the_points_its_sweep_added(tmp_path):
+    recipe = write_tiny_recipe(tmp_path, "ext", steps=10, trials=0)
+    result = runner.invoke(app, ["run", str(recipe), "--search.baselines", "[pre_ln]", "--train.seeds", "[0]",
+                                 "--train.lr", "{low: 1.0e-3, high: 2.0e-3, points: 2, extend: 1}"])
+    assert result.exit_code == 0, result.output
+    (trial,) = open_results(tmp_path / "results" / "ext").study.get_trials()
+    added = trial.user_attrs["lr_extended"]
+    assert len(added) == 1 and added[0] in (5e-4, 4e-3)  # two points: the best is always at an end
+    assert sorted(json.loads(p.read_text())["lr"] for p in (tmp_path / "results" / "ext" / "runs").glob("*/seed*.json")) \
+        == sorted([1e-3, 2e-3, added[0]])
+
+
+def test_a_study_saved_before_a_setting_existed_compares_as_its_default(tmp_path):
+    r = load_recipe(write_tiny_recipe(tmp_path))
+    old = json.loads(json.dumps(r.raw))
+    del old["train"]["lr_extend"], old["search"]["racing"]
+    assert stored_fingerprint(old) == fingerprint(r.raw)
+
+
+# -- the confirmation stage -------------------------------------------------------------------------
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "normsearch", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A finished tiny search (two baselines, one found placement), not yet confirmed."""
+    folder = tmp_path_factory.mktemp("confirm")
+    recipe = write_tiny_recipe(folder, "conf", steps=10, trials=1)
+    result = runner.invoke(app, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    return folder / "results" / "conf"
+
+
+def test_confirm_refuses_an_unfinished_search_and_a_study_that_is_not_there(searched, tmp_path):
+    handle = open_results(searched)
+    trial = handle.study.ask()  # a trial in progress
+    try:
+        result = runner.invoke(app, ["confirm", str(searched)])
+        assert result.exit_code == 2 and "not finished" in result.output, result.output
+    finally:
+        handle.study.tell(trial, state=__import__("optuna").trial.TrialState.FAIL)
+    result = runner.invoke(app, ["confirm", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_confirm_retrains_the_top_and_the_baselines_on_fresh_seeds_and_resumes_after_kill_9(searched):
+    search = open_results(searched)
+    from normsearch.ranking import rank
+
+    # the lr the search chose (tiny runs may all stall: then the sweep's point that failed least, its only one)
+    chosen = {r.label: r.best_lr or search.recipe.train.lr[0] for r in rank(search, against=[]).ranked}
+    args = ["confirm", searched, "--top", "1", "--seeds", "2", "--jobs", "1"]
+    p = _cli(*args)
+    runs = searched / "confirm" / "runs"
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list(runs.glob("*/seed*.json"))) < 2:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    before = {q: q.stat().st_mtime for q in runs.glob("*/seed*.json")}
+    assert before, "no confirmation run finished before the kill"
+    p = _cli(*args)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert all(q.stat().st_mtime == m for q, m in before.items()), "a finished run was trained again"
+    stage = confirm_handle(open_results(searched))
+    info = stage.study.user_attrs[A_STAGE]
+    labels = [e["label"] for e in info["entries"]]
+    assert set(labels) == {"pre_ln", "post_ln"} | {labels[0]} and len(labels) == 3
+    assert info["seeds"] == [1000, 1001]
+    results = [json.loads(q.read_text()) for q in runs.glob("*/seed*.json")]
+    assert len(results) == 3 * 2
+    for r in results:
+        assert r["metric"] == "test_bpb" and r["test_windows"] * 32 >= 8000 and r["test_se"] > 0
+        assert r["seed"] in (1000, 1001)
+        assert r["val_bpb"] is None or r["val_bpb"] != r["value"]
+    by_arch = {e["arch_id"]: e for e in info["entries"]}
+    for r in results:
+        assert r["lr"] == chosen[by_arch[r["arch_id"]]["label"]]  # the lr the search chose, not a new sweep
+    report = (searched / "report.md").read_text()
+    assert report.index("## Confirmed verdicts") < report.index("## In short, from the search")
+    assert (searched / "confirm" / "report.md").is_file()
+    data = json.loads((searched / "ranking.json").read_text())
+    assert {r["label"] for r in data["confirmed"]["rows"]} == set(labels)
+    # the search's trials are untouched by the stage: the sampler never sees a confirmation run
+    assert len(open_results(searched).study.get_trials()) == len(search.study.get_trials())
+    # resuming with other settings is refused, with the settings it was started with
+    result = runner.invoke(app, ["confirm", str(searched), "--top", "2", "--jobs", "1"])
+    assert result.exit_code == 2 and "top 1" in result.output
+
+
+# -- racing -----------------------------------------------------------------------------------------
+
+
+def _row(label, rank, low, high, p_best, n=3):
+    return SimpleNamespace(label=label, rank=rank, rank_low=low, rank_high=high, p_best=p_best, n_seeds=n)
+
+
+def _stage(rounds=()):
+    entries = [Entry(label=x, arch_id=x, placement={}, lr=[1e-3]) for x in ("a", "b", "c")]
+    return Stage("confirm", {}, entries, recipe=None, seeds=[1000, 1001, 1002], rounds=list(rounds))
+
+
+def test_racing_adds_a_seed_to_the_contenders_only_and_stops_for_its_three_reasons(monkeypatch):
+    import normsearch.ranking as ranking
+
+    def ranked(*rows):
+        monkeypatch.setattr(ranking, "rank", lambda *a, **k: SimpleNamespace(ranked=list(rows)))
+
+    race = RacingConfig(budget=3, p_best=0.9)
+    ranked(_row("a", 1, 1, 2, 0.6), _row("b", 2, 1, 3, 0.35), _row("c", 3, 3, 3, 0.05))
+    d = racing_round(None, _stage(), race)
+    assert d["contenders"] == ["a", "b"] and d["added"] == [["a", 1003], ["b", 1003]] and "stop" not in d
+    d = racing_round(None, _stage([d]), race)  # one run of the budget left
+    assert d["added"] == [["a", 1004]]
+    assert "budget" in racing_round(None, _stage([{"added": [1, 2, 3]}]), race)["stop"]
+    ranked(_row("a", 1, 1, 1, 0.8), _row("b", 2, 2, 3, 0.15), _row("c", 3, 2, 3, 0.05))
+    assert "separated" in racing_round(None, _stage(), race)["stop"]
+    ranked(_row("a", 1, 1, 2, 0.93), _row("b", 2, 1, 3, 0.07))
+    assert "P(best)" in racing_round(None, _stage(), race)["stop"]
