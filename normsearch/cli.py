@@ -365,6 +365,127 @@ def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool
     return True
 
 
+@app.command()
+@user_errors
+def ladder(
+    study: str = typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished search."),
+    rungs: Optional[str] = typer.Option(None, help="Model overrides per rung, smallest first, as YAML: "
+                                        "'[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' (default: ladder.rungs)."),
+    top: Optional[int] = typer.Option(None, help="Found placements to retrain (default: ladder.top, else 2)."),
+    baselines: Optional[str] = typer.Option(None, help="Baselines beside them, comma-separated (default: the "
+                                            "search's)."),
+    seeds: Optional[int] = typer.Option(None, help="Fresh seeds per architecture and rung (default 2)."),
+    first_seed: Optional[int] = typer.Option(None, help="The first fresh seed (default 2000)."),
+    tokens_per_param: Optional[float] = typer.Option(None, help="Training tokens per run = this x parameters "
+                                                     "(default: the search's steps at every rung)."),
+    max_steps: Optional[int] = typer.Option(None, help="Cap on steps per run."),
+    lr: Optional[str] = typer.Option(None, help="auto | sweep | transfer (auto: transfer under muP)."),
+    target: Optional[float] = typer.Option(None, help="Extrapolate the order to this many parameters."),
+    out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png (default: "
+                                       "results/<name>/ladder)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Write the report of the rungs so far; train "
+                                     "nothing."),
+    storage: Optional[str] = typer.Option(None, help="Optuna storage URL of the study."),
+    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
+    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run)."),
+    threads: Optional[int] = typer.Option(None, "--train.threads", help="CPU threads per worker."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
+    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
+    worker_index: int = typer.Option(0, hidden=True, help="Unused; workers share the rungs' fixed lists."),
+):
+    """Does the winner still win when the model grows? Retrain the search's top placements and the
+    baselines at three or more sizes (rungs), tokens growing with parameters, on fresh seeds; report
+    each rung's ranking, rank agreement across rungs, every reversal, and power-law fits. Part of the
+    same study: resumable, shared by workers, deduplicated by (architecture, rung)."""
+    from dataclasses import replace
+
+    from . import _yaml
+    from .config import from_mapping
+    from .recipe import LadderConfig, to_mapping
+
+    url = read_only(study, storage)
+    stop_on_sigterm()
+    _setup_logging(verbose)
+    from .search import StudyInterrupted, open_results
+    from .search._ladder import run_ladder, write_ladder_report
+
+    parent = open_results(study, url, study_name)
+    base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
+    given = {"top": top, "seeds": seeds, "first_seed": first_seed, "tokens_per_param": tokens_per_param,
+             "max_steps": max_steps, "lr": lr, "target": target}
+    settings = {**base, **{k: v for k, v in given.items() if v is not None}}
+    if rungs is not None:
+        settings["rungs"] = _yaml.loads(rungs, "--rungs")
+    if baselines is not None:
+        settings["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
+    if not settings.get("rungs"):
+        raise NormsearchError("give the rungs: --rungs '[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' or a "
+                              "`ladder:` section with rungs in the recipe")
+    cfg = from_mapping(LadderConfig, settings, "ladder")
+    if threads is not None:
+        parent.recipe = replace(parent.recipe, train=replace(parent.recipe.train, threads=threads))
+    from .ranking import DEFAULT_AGAINST
+
+    against = list(cfg.baselines or parent.recipe.search.baselines) or list(DEFAULT_AGAINST)
+    folder = out or parent.folder / "ladder"
+    if not report_only:
+        if progress_json is None and jobs != "1":
+            from .search._workers import parse_jobs
+
+            _ladder_workers(study, parent, cfg, parse_jobs(jobs or parent.recipe.search.jobs), verbose)
+        else:
+            from .progress import JsonLines, RunBar
+
+            display = JsonLines(progress_json) if progress_json else RunBar(study=f"{parent.recipe.name}/ladder")
+            try:
+                with display as bar:
+                    run_ladder(parent, cfg, bar, verbose)
+            except (StudyInterrupted, KeyboardInterrupt):
+                typer.echo(f"interrupted: finished runs are kept; run the same command to resume the ladder of "
+                           f"{parent.recipe.name!r}", err=True)
+                raise typer.Exit(interrupted_code()) from None
+    if not progress_json:
+        path = write_ladder_report(parent, cfg, folder, against)
+        typer.echo(f"ladder report: {path} (with ladder.json and ladder.png; each rung's report in "
+                   f"{parent.folder}/ladder-<i>/)")
+
+
+def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
+    """``ladder --jobs N``: the rungs are created here (their lists fixed once), then N workers train them."""
+    import torch
+
+    from .progress import WorkersView
+    from .recipe import to_mapping
+    from .search._ladder import open_rungs, run_ladder
+    from .search._workers import plan_workers, run_workers
+
+    workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))
+    if len(workers) == 1:
+        from .progress import RunBar
+
+        with RunBar(study=f"{parent.recipe.name}/ladder") as bar:
+            run_ladder(parent, cfg, bar, verbose)
+        return
+    open_rungs(parent, cfg)
+    d = to_mapping(cfg)
+    extra = ["--rungs", json.dumps(d["rungs"]), "--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed",
+             str(cfg.first_seed), "--baselines", ",".join(cfg.baselines or parent.recipe.search.baselines),
+             "--lr", cfg.lr, "--study-name", parent.study.study_name]
+    for key, flag in (("tokens_per_param", "--tokens-per-param"), ("max_steps", "--max-steps")):
+        if d[key] is not None:
+            extra += [flag, str(d[key])]
+    names = [w.name for w in workers]
+    with WorkersView(f"{parent.recipe.name}/ladder", names) as view:
+        codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
+                            sigterm=lambda: interrupted_code() == 143, command="ladder")
+    if any(c in (130, 143) for c in codes):
+        typer.echo("interrupted: finished runs are kept; run the same command to resume the ladder", err=True)
+        raise typer.Exit(interrupted_code())
+    if any(codes):
+        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
+                              f"{codes}); their errors are above; finished runs are kept")
+
+
 @app.command(context_settings=OVERRIDES)
 @user_errors
 def validate(

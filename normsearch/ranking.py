@@ -314,16 +314,13 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
 
 def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, alpha: float | None) -> Judgement:
     """Outcomes, the hurdle order, intervals, comparisons, P(best) and basins: fill the rows in."""
-    from .stats import Run, analyse
+    from .stats import analyse
 
     ranked = [r for r in rows if r.state == RANKED]
     margin = recipe.report.margin if margin is None else margin
     alpha = recipe.report.alpha if alpha is None else alpha
     unigram = _unigram(recipe, [run for r in ranked for run in r.runs])
-    runs = [Run(arch=r.label, seed=int(x.seed), lr=float(x.lr), loss=x.value, diverged=bool(x.diverged),
-                init_loss=x.init_loss if x.curve else None,
-                unigram_loss=unigram if unigram is not None else x.unigram_bpb)
-            for r in ranked for x in r.runs if x.curve]
+    runs = stat_runs(ranked, unigram)
     judgement = Judgement(alpha=alpha, margin=margin, unigram_bpb=unigram)
     if not runs:
         return judgement
@@ -354,6 +351,16 @@ def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, al
         judgement.sigma, judgement.df, judgement.variance_p = fit.sigma, fit.df, fit.levene_p
         judgement.variance_test = "Brown-Forsythe" if fit.levene_center == "median" else "Levene"
     return judgement
+
+
+def stat_runs(rows: list[Row], unigram: float | None = None) -> list:
+    """The rows' evaluated runs as the statistics see them (:class:`normsearch.stats.Run`)."""
+    from .stats import Run
+
+    return [Run(arch=r.label, seed=int(x.seed), lr=float(x.lr), loss=x.value, diverged=bool(x.diverged),
+                init_loss=x.init_loss if x.curve else None,
+                unigram_loss=unigram if unigram is not None else x.unigram_bpb)
+            for r in rows for x in r.runs if x.curve]
 
 
 def _unigram(recipe, runs: list[RunResult]) -> float | None:

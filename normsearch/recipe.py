@@ -18,7 +18,8 @@ from .config import ModelConfig, from_mapping, to_mapping
 from .data import DataConfig
 from .errors import NormsearchError, unknown
 
-SECTIONS = ("name", "model", "data", "train", "space", "search", "report", "confirm", "storage", "results_dir")
+SECTIONS = ("name", "model", "data", "train", "space", "search", "report", "confirm", "ladder", "storage",
+            "results_dir")
 SCALARS = ("name", "storage", "results_dir")  # top-level values given as text, never read as YAML
 
 
@@ -165,6 +166,65 @@ class ConfirmConfig:
         return list(range(self.first_seed, self.first_seed + self.seeds + extra))
 
 
+#: model settings a rung may change; anything else would change what the loss measures (data,
+#: tokenizer, vocabulary, context: the windows it is scored on) and make rungs incomparable
+RUNG_KEYS = ("n_layers", "d_model", "n_heads", "ffn_hidden", "mup_base_width")
+
+
+def rung_problem(i: int, rung) -> str | None:
+    """Why ``rung`` (ladder.rungs[i], model overrides) cannot be a rung, or None."""
+    if not isinstance(rung, dict) or not rung:
+        return f"ladder.rungs[{i}] must be a mapping of model settings, e.g. {{d_model: 128}}, not {rung!r}"
+    for key in rung:
+        if key in ("vocab_size", "context_length", "data", "tokenizer", "corpus"):
+            return (f"ladder.rungs[{i}].{key}: rungs must share the data, tokenizer, vocabulary and context to be "
+                    f"compared (their losses would measure different things); vary {', '.join(RUNG_KEYS[:4])}")
+        if key not in RUNG_KEYS:
+            return f"ladder.rungs[{i}]: {unknown('setting', key, RUNG_KEYS)}"
+    return None
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    """The scale ladder (``normsearch ladder``): the top placements and the baselines retrained at
+    three or more model sizes, on fresh seeds, tokens growing with parameters."""
+
+    rungs: list[dict] = field(default_factory=list)  # model overrides, smallest first
+    top: int = 2  # found placements, by the search's ranking
+    baselines: list[str] | None = None  # default: search.baselines
+    seeds: int = 2
+    first_seed: int = 2000
+    tokens_per_param: float | None = None  # training tokens per run = this x parameters; None: train.steps
+    max_steps: int | None = None  # the cap on steps per run
+    lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under model.parametrization mup
+    target: float | None = None  # extrapolate the order to this many parameters
+
+    def __post_init__(self):
+        from .baselines import BASELINES
+
+        if len(self.rungs) < 3:
+            raise NormsearchError(f"ladder.rungs: give three or more rungs (model overrides, smallest first), not "
+                                  f"{len(self.rungs)}")
+        for i, rung in enumerate(self.rungs):
+            problem = rung_problem(i, rung)
+            if problem:
+                raise NormsearchError(problem)
+        if self.top < 0 or self.seeds < 1:
+            raise NormsearchError("ladder.top must be >= 0 and ladder.seeds >= 1")
+        for b in self.baselines or []:
+            if b not in BASELINES:
+                raise NormsearchError(f"ladder.baselines: {unknown('baseline', b, BASELINES)}")
+        if self.tokens_per_param is not None and self.tokens_per_param <= 0:
+            raise NormsearchError("ladder.tokens_per_param must be > 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise NormsearchError("ladder.max_steps must be >= 1")
+        if self.target is not None and self.target <= 0:
+            raise NormsearchError("ladder.target must be a number of parameters > 0")
+        problem = seed_problem(self.first_seed, "ladder.first_seed")
+        if problem:
+            raise NormsearchError(problem)
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     sampler: Literal["tpe", "gp", "random", "grid", "nsga2"] = "tpe"
@@ -238,6 +298,7 @@ class Recipe:
     raw: dict = field(default_factory=dict, compare=False)  # the resolved recipe as plain data
     report: ReportConfig = field(default_factory=ReportConfig)
     confirm: ConfirmConfig | None = None  # the confirmation stage, run after the search
+    ladder: LadderConfig | None = None  # the scale ladder (normsearch ladder)
 
     @property
     def folder(self) -> Path:
@@ -268,6 +329,7 @@ class Recipe:
             "search": to_mapping(self.search),
             "report": to_mapping(self.report),
             **({"confirm": to_mapping(self.confirm)} if self.confirm is not None else {}),
+            **({"ladder": to_mapping(self.ladder)} if self.ladder is not None else {}),
             "storage": mask_url(self.storage),
             "results_dir": self.results_dir,
         }
@@ -422,6 +484,7 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
     if confirm is not None and set(confirm.seed_list(search.racing.budget if search.racing else 0)) & set(train.seeds):
         raise NormsearchError(f"confirm.first_seed {confirm.first_seed}: the confirmation's seeds must be fresh, not "
                               f"train.seeds {train.seeds}; raise confirm.first_seed")
+    ladder = from_mapping(LadderConfig, raw["ladder"], "ladder") if raw.get("ladder") is not None else None
     recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source, report=report,
-                    confirm=confirm)
+                    confirm=confirm, ladder=ladder)
     return replace(recipe, raw=recipe.to_dict())

@@ -82,6 +82,7 @@ class Stage:
     seeds: list[int]
     test_bytes: int | None = None
     racing: Any = None  # RacingConfig or None
+    lr_extend: int = 0  # the extending sweep within each task (a ladder's rung)
     rounds: list[dict] = field(default_factory=list)
 
     def tasks(self) -> list[Task]:
@@ -284,7 +285,8 @@ class StageSearch(Search):
             with Heartbeat(self.study, tid, s.heartbeat):
                 time.sleep(min(2.0, s.heartbeat))
             reap_dead_trials(self.study, s.grace, s.heartbeat)
-        t = replace(self._train_config(), seeds=list(task.seeds), lr=list(task.lrs), lr_extend=0)
+        t = replace(self._train_config(), seeds=list(task.seeds), lr=list(task.lrs),
+                    lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0)
         with Heartbeat(self.study, tid, s.heartbeat):
             state, runs, score = self.train(trial, placement, task.arch_id, task.label, t)
         record.state = state.name
