@@ -238,8 +238,8 @@ def test_unsupported_input_is_a_one_line_error(device):
     k = triton_norms.kernel("rmsnorm")
     with pytest.raises(NormsearchError, match="not torch.float64; use kernels: torch"):
         k.forward(torch.ones(2, 8, dtype=torch.float64, device=device), {}, {"eps": 1e-5})
-    with pytest.raises(NormsearchError, match="rows of at most 65536 features"):
-        k.forward(torch.ones(1, 65537, device=device), {}, {"eps": 1e-5})
+    with pytest.raises(NormsearchError, match="not torch.int64; use kernels: torch"):
+        k.add(torch.ones(2, 8, device=device), torch.ones(2, 8, dtype=torch.int64, device=device), {}, {"eps": 1e-5})
 
 
 def test_resolve_backend_runs_triton_under_the_interpreter():
