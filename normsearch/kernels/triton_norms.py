@@ -1,392 +1,294 @@
-"""Triton kernels for the norm kinds ``rmsnorm``, ``layernorm`` and ``dyt``, alone and fused with the
-residual add before them; :data:`KERNELS` maps a kind to its kernel.
+"""The Triton norm kernels (:mod:`normsearch.kernels.triton_jit`) as torch ops, and :data:`KERNELS`,
+which maps a norm kind to its kernel.
 
-Every kernel sees its input as rows of ``N`` features (the normalised dimension, contiguous) and works
-on tiles of ``BLOCK_M`` rows by ``BLOCK_N = next_power_of_2(N)`` columns, masked past ``N``. Loads are
-widened to float32 and all sums run in float32 whatever the input dtype (float32, bfloat16, float16);
-outputs are stored in the input's dtype.
+Ops. Four ``torch.library`` ops, ``normsearch::norm_fwd`` / ``norm_bwd`` (RMSNorm and LayerNorm,
+alone or fused with the residual add) and ``normsearch::dyt_fwd`` / ``dyt_bwd``, with autograd
+formulas registered on the forward ops, so that ``torch.compile`` traces a model on these kernels as
+one graph: no graph break at a norm, and Inductor sees the Triton kernels themselves. They are
+``triton_op``\\ s launching through ``wrap_triton``; under ``TRITON_INTERPRET=1`` (tests on a CPU)
+``@triton.jit`` makes interpreter functions, which ``wrap_triton`` cannot trace, so there the same
+bodies are plain ``custom_op``\\ s (opaque to the compiler) with a fake implementation that allocates
+the outputs and launches nothing. Either way there is no ``autograd.Function`` left: dynamo does not
+trace into one that launches Triton kernels, and the ops replace it everywhere.
 
-Forward: one program per row tile. RMSNorm and LayerNorm save per-row statistics (``rstd`` and, for
-LayerNorm, ``mean``) for the backward; DyT saves nothing but its input.
-
-Backward: a persistent grid of a few programs per streaming multiprocessor. Each program walks
-the row tiles ``pid, pid + programs, ...``, writes the input gradient of each, and accumulates its
-own partial sums of the parameter gradients (gain, bias, DyT's alpha) over its rows; a torch sum over
-the ``programs`` partials finishes them. That keeps the cross-row reduction free of atomics and
-deterministic.
-
-The fused ``add(x, h)`` returns ``s = x + h`` and ``norm(s)`` from one pass over memory; its backward
-takes the gradients of both outputs, ``ds_total = grad_s + dnorm/ds``, which is the gradient of both
-``x`` and ``h``.
+Dtypes. Each output takes the dtype torch's own norm would give (see :func:`_norm_dtype`): under CUDA
+autocast RMSNorm and LayerNorm return float32 (torch autocasts ``rms_norm`` and ``layer_norm`` to
+float32; ours read the low-precision input as it is and widen in registers, no cast copy), otherwise
+the input's dtype; DyT's output promotes with its gain and bias as ``w * tanh(alpha x) + b`` does. The
+fused add takes ``x`` and ``h`` of different dtypes (an fp32 stream and a bf16 branch) as they are and
+stores ``s`` in the promoted dtype, as ``x + h``.
 """
 
-from __future__ import annotations
-
-import functools
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import triton
-import triton.language as tl
+from torch import Tensor
+from triton.runtime.jit import JITFunction
 
 from ..errors import NormsearchError, unknown
 from ..norms import NORM_KINDS
+from . import triton_jit as jit
 
-#: The widest row one program holds in registers.
-MAX_HIDDEN = 65536
-#: Elements per row tile: narrow rows are packed several to a program up to this size.
-_TILE = 4096
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: the kernels were made by the interpreter (TRITON_INTERPRET=1 when triton_jit was imported)
+INTERPRETED = not isinstance(jit._norm_fwd_kernel, JITFunction)
+
+_fake = threading.local()  # .on while a fake implementation runs: allocate, launch nothing
+
+
+def _launch(kernel, grid, *args, **meta) -> None:
+    if getattr(_fake, "on", False):
+        return
+    torch.library.wrap_triton(kernel)[grid](*args, **meta)
+
+
+def _op(name: str):
+    """Registers a function as the op ``normsearch::name``: a ``triton_op`` over compiled kernels, a
+    ``custom_op`` with a launch-free fake over interpreted ones."""
+
+    def register(fn):
+        if not INTERPRETED:
+            return torch.library.triton_op(f"normsearch::{name}", fn, mutates_args=())
+        op = torch.library.custom_op(f"normsearch::{name}", fn, mutates_args=())
+
+        def fake(*args, **kwargs):
+            _fake.on = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _fake.on = False
+
+        op.register_fake(fake)
+        return op
+
+    return register
+
+
+def _none(like: Tensor) -> Tensor:
+    """A placeholder output (ops return tensors, never None)."""
+    return torch.empty(0, device=like.device)
+
+
+def _inputs(x: Tensor, h: Optional[Tensor]):
+    """(rows (A, G, N), x and its strides, h and its strides) with h read in place as x is."""
+    A, G, N = jit.row_layout(x.shape)
+    x, sxa, sxg = jit.rows_of(x, A, G, N)
+    if h is None:
+        return (A, G, N), x, sxa, sxg, None, 0, 0
+    h, sha, shg = jit.rows_of(h, A, G, N)
+    return (A, G, N), x, sxa, sxg, h, sha, shg
+
+
+def _grad_inputs(dy: Tensor, ds: Optional[Tensor], A: int, G: int, N: int):
+    dy, sda, sdg = jit.rows_of(dy, A, G, N)
+    if ds is None:
+        return dy, sda, sdg, None, 0, 0
+    ds, ssa, ssg = jit.rows_of(ds, A, G, N)
+    return dy, sda, sdg, ds, ssa, ssg
 
 
 # --------------------------------------------------------------------------------------------------
 # RMSNorm and LayerNorm
 
 
-@triton.jit
-def _load_input(X, H, S, offs, mask, HAS_RES: tl.constexpr):
-    """A block of rows of x, or with the add fused, of s = x + h (stored as the new stream). s is
-    rounded to the stream's dtype before it is normalised, exactly as torch's x + h then norm(s)
-    would be, so both outputs agree with the unfused computation."""
-    x = tl.load(X + offs, mask=mask, other=0.0)
-    if HAS_RES:
-        s = (x.to(tl.float32) + tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)).to(S.dtype.element_ty)
-        tl.store(S + offs, s, mask=mask)
-        x = s
-    return x
+@_op("norm_fwd")
+def norm_fwd(x: Tensor, h: Optional[Tensor], w: Optional[Tensor], b: Optional[Tensor], eps: float, rms: bool,
+             out_dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(s, y, mean, rstd): s = x + h (empty without h), y = norm(s or x) in ``out_dtype``, and the
+    per-row statistics (mean empty for RMSNorm)."""
+    (A, G, N), x, sxa, sxg, h, sha, shg = _inputs(x, h)
+    M = A * G
+    block_m, block_n, num_warps, chunked = jit.tiling(M, N)
+    fused = h is not None
+    s = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, h.dtype), device=x.device) if fused else None
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    mean = None if rms else torch.empty(M, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+    _launch(jit._norm_fwd_kernel, (triton.cdiv(M, block_m),),
+            x, h, s, y, w, b, mean, rstd, M, N, G, sxa, sxg, sha, shg, eps,
+            IS_RMS=rms, HAS_RES=fused, HAS_W=w is not None, HAS_B=b is not None, CHUNKED=chunked,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    return (_none(x) if s is None else s), y, (_none(x) if mean is None else mean), rstd
 
 
-@triton.jit
-def _affine(y, W, B, cols, col_ok, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
-    """y * w + b, per column, in float32; either may be absent."""
-    if HAS_W:
-        y = y * tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    if HAS_B:
-        y = y + tl.load(B + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    return y
+@_op("norm_bwd")
+def norm_bwd(dy: Tensor, ds: Optional[Tensor], x: Tensor, w: Optional[Tensor], mean: Tensor, rstd: Tensor,
+             has_b: bool, rms: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dw, db) of the norm of ``x`` (the fused add's s), dx in x's dtype, the parameter gradients
+    in float32 (empty where there is no such parameter); ``ds``, the gradient reaching s directly, is
+    added to dx."""
+    A, G, N = jit.row_layout(x.shape)
+    x, sxa, sxg = jit.rows_of(x, A, G, N)
+    dy, sda, sdg, ds, ssa, ssg = _grad_inputs(dy, ds, A, G, N)
+    M = A * G
+    block_m, block_n, num_warps, chunked = jit.tiling(M, N)
+    n_blocks, programs = jit.backward_grid(x, M, block_m, num_warps)
+    parts = torch.zeros if chunked else torch.empty  # chunked kernels add into their rows
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = None if w is None else parts(programs, N, dtype=torch.float32, device=x.device)
+    db = parts(programs, N, dtype=torch.float32, device=x.device) if has_b else None
+    _launch(jit._norm_bwd_kernel, (programs,),
+            dy, ds, x, w, mean, rstd, dx, dw, db, M, N, n_blocks, G, sxa, sxg, sda, sdg, ssa, ssg,
+            IS_RMS=rms, HAS_DS=ds is not None, HAS_W=w is not None, HAS_B=has_b, CHUNKED=chunked,
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    return dx, (_none(x) if dw is None else dw.sum(0)), (_none(x) if db is None else db.sum(0))
 
 
-@triton.jit
-def _norm_fwd_kernel(X, H, S, Y, W, B, MEAN, RSTD, M, N, eps,
-                     IS_RMS: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    row_ok, col_ok = rows < M, cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-    offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
+def _norm_setup(ctx, inputs, output):
+    x, h, w, b, eps, rms, out_dtype = inputs
+    s, y, mean, rstd = output
+    ctx.fused, ctx.rms = h is not None, rms
+    ctx.dtypes = (x.dtype, None if h is None else h.dtype)
+    ctx.save_for_backward(s if h is not None else x, w, b, mean, rstd)
+    ctx.mark_non_differentiable(mean, rstd, *(() if h is not None else (s,)))
+    ctx.set_materialize_grads(False)  # a post norm's s is often unused: no zeros to read
 
-    x = _load_input(X, H, S, offs, mask, HAS_RES).to(tl.float32)
 
-    if IS_RMS:
-        xc = x
+def _norm_backward(ctx, ds, dy, _dmean, _drstd):
+    x, w, b, mean, rstd = ctx.saved_tensors
+    if dy is None:  # only s was used: its gradient passes straight to x and h
+        dx = ds
+        dw = db = None
     else:
-        mean = tl.sum(x, axis=1) / N
-        xc = tl.where(mask, x - mean[:, None], 0.0)  # masked columns must not add (0 - mean)^2
-        tl.store(MEAN + rows, mean, mask=row_ok)
-    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
-    tl.store(RSTD + rows, rstd, mask=row_ok)
-
-    y = xc * rstd[:, None]
-    y = _affine(y, W, B, cols, col_ok, HAS_W, HAS_B)
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
+        dx, dw, db = norm_bwd(dy, ds if ctx.fused else None, x, w, mean, rstd, b is not None, ctx.rms)
+        dw, db = _finish(dw, w), _finish(db, b)
+    return (*_input_grads(dx, ctx), dw, db, None, None, None)
 
 
-@triton.jit
-def _norm_bwd_kernel(DY, DS, X, W, MEAN, RSTD, DX, DW_PART, DB_PART, M, N, n_blocks,
-                     IS_RMS: tl.constexpr, HAS_DS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # With xhat the normalised input and g = dy * w the gradient reaching it:
-    #   LayerNorm  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
-    #   RMSNorm    dx = rstd * (g - xhat * mean(g * xhat))          (nothing was centred)
-    #   dw = sum over rows of dy * xhat,  db = sum over rows of dy.
-    # Masked rows and columns load x = dy = 0 (and rstd = 0), so they add nothing to any sum.
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    dw_acc = tl.zeros((BLOCK_N,), tl.float32)
-    db_acc = tl.zeros((BLOCK_N,), tl.float32)
-
-    for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < M
-        mask = row_ok[:, None] & col_ok[None, :]
-        offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + rows, mask=row_ok, other=0.0)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
-        else:
-            mean = tl.load(MEAN + rows, mask=row_ok, other=0.0)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
-        if HAS_W:
-            g = dy * w[None, :]
-        else:
-            g = dy
-
-        proj = tl.sum(g * xhat, axis=1) / N
-        if IS_RMS:
-            dx = (g - xhat * proj[:, None]) * rstd[:, None]
-        else:
-            dx = (g - (tl.sum(g, axis=1) / N)[:, None] - xhat * proj[:, None]) * rstd[:, None]
-        if HAS_DS:  # the fused add: s also fed the rest of the network directly
-            dx += tl.load(DS + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
-
-        if HAS_W:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if HAS_B:
-            db_acc += tl.sum(dy, axis=0)
-
-    if HAS_W:
-        tl.store(DW_PART + pid * N + cols, dw_acc, mask=col_ok)
-    if HAS_B:
-        tl.store(DB_PART + pid * N + cols, db_acc, mask=col_ok)
+norm_fwd.register_autograd(_norm_backward, setup_context=_norm_setup)
 
 
 # --------------------------------------------------------------------------------------------------
 # DyT
 
 
-@triton.jit
-def _tanh(z):
-    """(tanh z, 1 - tanh^2 z), from e = exp(-2|z|) in (0, 1] so that nothing overflows for any z
-    (libdevice.tanh does not run under TRITON_INTERPRET). The derivative is 4e / (1 + e)^2, not
-    1 - t * t, which would cancel to noise where tanh saturates and lose the gradient there."""
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z < 0, -t, t), 4.0 * e / ((1.0 + e) * (1.0 + e))
-
-
-@triton.jit
-def _dyt_fwd_kernel(X, H, S, Y, ALPHA, W, B, M, N,
-                    HAS_RES: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    mask = (rows < M)[:, None] & col_ok[None, :]
-    offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-
-    x = _load_input(X, H, S, offs, mask, HAS_RES)
-    y, _ = _tanh(tl.load(ALPHA).to(tl.float32) * x.to(tl.float32))
-    y = _affine(y, W, B, cols, col_ok, HAS_W, HAS_B)
-    tl.store(Y + offs, y.to(Y.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _dyt_bwd_kernel(DY, DS, X, ALPHA, W, DX, DA_PART, DW_PART, DB_PART, M, N, n_blocks,
-                    HAS_DS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # y = w * t + b with t = tanh(a * x); with g = dy * w and du = g * (1 - t^2):
-    #   dx = a * du,  da = sum of du * x over every element,  dw = sum over rows of dy * t,  db = sum of dy.
-    # t is recomputed here rather than saved: one exp is cheaper than another tensor through memory.
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    a = tl.load(ALPHA).to(tl.float32)
-    if HAS_W:
-        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
-    da_acc = tl.zeros((BLOCK_N,), tl.float32)
-    dw_acc = tl.zeros((BLOCK_N,), tl.float32)
-    db_acc = tl.zeros((BLOCK_N,), tl.float32)
-
-    for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
-        mask = (rows < M)[:, None] & col_ok[None, :]
-        offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
-
-        x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
-        t, dt = _tanh(a * x)
-        if HAS_W:
-            g = dy * w[None, :]
-        else:
-            g = dy
-        du = g * dt
-        dx = a * du
-        if HAS_DS:
-            dx += tl.load(DS + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + offs, dx.to(DX.dtype.element_ty), mask=mask)
-
-        da_acc += tl.sum(du * x, axis=0)
-        if HAS_W:
-            dw_acc += tl.sum(dy * t, axis=0)
-        if HAS_B:
-            db_acc += tl.sum(dy, axis=0)
-
-    tl.store(DA_PART + pid, tl.sum(da_acc, axis=0))
-    if HAS_W:
-        tl.store(DW_PART + pid * N + cols, dw_acc, mask=col_ok)
-    if HAS_B:
-        tl.store(DB_PART + pid * N + cols, db_acc, mask=col_ok)
-
-
-# --------------------------------------------------------------------------------------------------
-# Launch shapes
-
-
-def _tiling(M: int, N: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps) for M rows of N features."""
-    if N > MAX_HIDDEN:
-        raise NormsearchError(f"the triton norm kernels take rows of at most {MAX_HIDDEN} features, not {N}; "
-                              "use kernels: torch")
-    block_n = triton.next_power_of_2(N)
-    block_m = min(max(_TILE // block_n, 1), triton.next_power_of_2(M))
-    # About 16 elements per thread: 4 warps for a 2048-element tile, 16 for 8192, at most 32 (1024
-    # threads) for the widest rows.
-    num_warps = min(max(block_m * block_n // 512, 1), 32)
-    return block_m, block_n, num_warps
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _backward_grid(x: torch.Tensor, M: int, block_m: int, num_warps: int) -> tuple[int, int]:
-    """(row tiles, programs) for a persistent backward over the M rows of ``x``. On a GPU, enough
-    programs for about 32 resident warps per multiprocessor, so that one program's loads overlap
-    another's arithmetic; each program costs one row of partial sums. Under the CPU interpreter, two,
-    so that programs still loop over several row tiles as they do on a GPU."""
-    n_blocks = triton.cdiv(M, block_m)
-    if x.device.type == "cuda":
-        programs = _multiprocessors(x.device) * max(32 // num_warps, 1)
-    else:
-        programs = 2
-    return n_blocks, min(n_blocks, programs)
-
-
-def _finish(part: torch.Tensor | None, like: torch.Tensor | None) -> torch.Tensor | None:
-    """The sum of the programs' partial gradients, shaped and typed as the parameter ``like``."""
-    if part is None or like is None:
-        return None
-    return part.sum(0).reshape(like.shape).to(like.dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# Autograd functions
-#
-# They take the caller's tensors of any shape (..., N) and treat a contiguous copy (none when already
-# contiguous) as M rows; outputs and gradients are allocated contiguous in the input's shape. No view
-# stands between the caller's tensors and the function: the fused add's backward returns one tensor
-# as the gradient of both x and h, and autograd copies it before it keeps it as a leaf's .grad only
-# when it reaches the leaf as that same tensor, not as two views of it.
-
-
-def _rows_of(x: torch.Tensor) -> tuple[int, int]:
-    N = x.shape[-1]
-    return x.numel() // N, N
-
-
-def _new(x: torch.Tensor) -> torch.Tensor:
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-class _RowNorm(torch.autograd.Function):
-    """RMSNorm or LayerNorm of ``x``, or of ``s = x + h`` when ``h`` is given; the fused form returns
-    ``(s, y)``."""
-
-    @staticmethod
-    def forward(ctx, x, h, w, b, eps, rms):
-        fused = h is not None
-        x, h = x.contiguous(), h.contiguous() if fused else None
-        M, N = _rows_of(x)
-        block_m, block_n, num_warps = _tiling(M, N)
-        s = _new(x) if fused else None
-        y = _new(x)
-        mean = None if rms else torch.empty(M, dtype=torch.float32, device=x.device)
-        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
-        _norm_fwd_kernel[(triton.cdiv(M, block_m),)](
-            x, h, s, y, w, b, mean, rstd, M, N, eps,
-            IS_RMS=rms, HAS_RES=fused, HAS_W=w is not None, HAS_B=b is not None,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        ctx.save_for_backward(s if fused else x, w, b, mean, rstd)
-        ctx.rms, ctx.fused, ctx.tiling = rms, fused, (block_m, block_n, num_warps)
-        ctx.set_materialize_grads(False)  # a post norm's s is often unused: no zeros to read
-        return (s, y) if fused else y
-
-    @staticmethod
-    def backward(ctx, *grads):
-        ds, dy = grads if ctx.fused else (None, grads[0])
-        if dy is None:  # only s was used: its gradient passes straight to x and h
-            return ds, ds, None, None, None, None
-        x, w, b, mean, rstd = ctx.saved_tensors
-        block_m, block_n, num_warps = ctx.tiling
-        M, N = _rows_of(x)
-        n_blocks, programs = _backward_grid(x, M, block_m, num_warps)
-        dx = _new(x)
-        dw_part = None if w is None else torch.empty(programs, N, dtype=torch.float32, device=x.device)
-        db_part = None if b is None else torch.empty(programs, N, dtype=torch.float32, device=x.device)
-        _norm_bwd_kernel[(programs,)](
-            dy.contiguous(), None if ds is None else ds.contiguous(), x, w, mean, rstd, dx, dw_part, db_part,
-            M, N, n_blocks,
-            IS_RMS=ctx.rms, HAS_DS=ds is not None, HAS_W=w is not None, HAS_B=b is not None,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        return dx, dx if ctx.fused else None, _finish(dw_part, w), _finish(db_part, b), None, None
-
-
-class _DyT(torch.autograd.Function):
-    """DyT of ``x``, or of ``s = x + h`` when ``h`` is given; the fused form returns ``(s, y)``."""
-
-    @staticmethod
-    def forward(ctx, x, h, alpha, w, b):
-        fused = h is not None
-        x, h = x.contiguous(), h.contiguous() if fused else None
-        M, N = _rows_of(x)
-        block_m, block_n, num_warps = _tiling(M, N)
-        s = _new(x) if fused else None
-        y = _new(x)
-        _dyt_fwd_kernel[(triton.cdiv(M, block_m),)](
-            x, h, s, y, alpha, w, b, M, N,
+@_op("dyt_fwd")
+def dyt_fwd(x: Tensor, h: Optional[Tensor], alpha: Tensor, w: Optional[Tensor], b: Optional[Tensor],
+            out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """(s, y): s = x + h (empty without h), y = w * tanh(alpha * (s or x)) + b in ``out_dtype``."""
+    (A, G, N), x, sxa, sxg, h, sha, shg = _inputs(x, h)
+    M = A * G
+    block_m, block_n, num_warps, _ = jit.tiling(M, N)
+    fused = h is not None
+    s = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, h.dtype), device=x.device) if fused else None
+    y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    _launch(jit._dyt_fwd_kernel, (triton.cdiv(M, block_m),),
+            x, h, s, y, alpha, w, b, M, N, G, sxa, sxg, sha, shg,
             HAS_RES=fused, HAS_W=w is not None, HAS_B=b is not None,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        ctx.save_for_backward(s if fused else x, alpha, w, b)
-        ctx.fused, ctx.tiling = fused, (block_m, block_n, num_warps)
-        ctx.set_materialize_grads(False)
-        return (s, y) if fused else y
+    return (_none(x) if s is None else s), y
 
-    @staticmethod
-    def backward(ctx, *grads):
-        ds, dy = grads if ctx.fused else (None, grads[0])
-        if dy is None:
-            return ds, ds, None, None, None
-        x, alpha, w, b = ctx.saved_tensors
-        block_m, block_n, num_warps = ctx.tiling
-        M, N = _rows_of(x)
-        n_blocks, programs = _backward_grid(x, M, block_m, num_warps)
-        dx = _new(x)
-        da_part = torch.empty(programs, dtype=torch.float32, device=x.device)
-        dw_part = None if w is None else torch.empty(programs, N, dtype=torch.float32, device=x.device)
-        db_part = None if b is None else torch.empty(programs, N, dtype=torch.float32, device=x.device)
-        _dyt_bwd_kernel[(programs,)](
-            dy.contiguous(), None if ds is None else ds.contiguous(), x, alpha, w, dx, da_part, dw_part, db_part,
-            M, N, n_blocks,
-            HAS_DS=ds is not None, HAS_W=w is not None, HAS_B=b is not None,
+
+@_op("dyt_bwd")
+def dyt_bwd(dy: Tensor, ds: Optional[Tensor], x: Tensor, alpha: Tensor, w: Optional[Tensor],
+            has_b: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dalpha, dw, db), as :func:`norm_bwd`; dalpha a float32 scalar."""
+    A, G, N = jit.row_layout(x.shape)
+    x, sxa, sxg = jit.rows_of(x, A, G, N)
+    dy, sda, sdg, ds, ssa, ssg = _grad_inputs(dy, ds, A, G, N)
+    M = A * G
+    block_m, block_n, num_warps, _ = jit.tiling(M, N)
+    n_blocks, programs = jit.backward_grid(x, M, block_m, num_warps)
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    da = torch.empty(programs, dtype=torch.float32, device=x.device)
+    dw = None if w is None else torch.empty(programs, N, dtype=torch.float32, device=x.device)
+    db = torch.empty(programs, N, dtype=torch.float32, device=x.device) if has_b else None
+    _launch(jit._dyt_bwd_kernel, (programs,),
+            dy, ds, x, alpha, w, dx, da, dw, db, M, N, n_blocks, G, sxa, sxg, sda, sdg, ssa, ssg,
+            HAS_DS=ds is not None, HAS_W=w is not None, HAS_B=has_b,
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
-        return (dx, dx if ctx.fused else None, _finish(da_part, alpha), _finish(dw_part, w),
-                _finish(db_part, b))
+    return dx, da.sum(0), (_none(x) if dw is None else dw.sum(0)), (_none(x) if db is None else db.sum(0))
+
+
+def _dyt_setup(ctx, inputs, output):
+    x, h, alpha, w, b, out_dtype = inputs
+    s, y = output
+    ctx.fused = h is not None
+    ctx.dtypes = (x.dtype, None if h is None else h.dtype)
+    ctx.save_for_backward(s if h is not None else x, alpha, w, b)
+    if h is None:
+        ctx.mark_non_differentiable(s)
+    ctx.set_materialize_grads(False)
+
+
+def _dyt_backward(ctx, ds, dy):
+    x, alpha, w, b = ctx.saved_tensors
+    if dy is None:
+        dx = ds
+        da = dw = db = None
+    else:
+        dx, da, dw, db = dyt_bwd(dy, ds if ctx.fused else None, x, alpha, w, b is not None)
+        da, dw, db = _finish(da, alpha), _finish(dw, w), _finish(db, b)
+    return (*_input_grads(dx, ctx), da, dw, db, None)
+
+
+dyt_fwd.register_autograd(_dyt_backward, setup_context=_dyt_setup)
+
+
+def _finish(grad: Tensor, like: Optional[Tensor]) -> Optional[Tensor]:
+    """A parameter's gradient (summed over the programs in float32), typed as the parameter."""
+    return None if like is None else grad.reshape(like.shape).to(like.dtype)
+
+
+def _input_grads(dx: Tensor, ctx) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """The gradients of x and h: one tensor, the gradient of s, in each input's dtype (no copy where
+    they already agree)."""
+    x_dtype, h_dtype = ctx.dtypes
+    if not ctx.fused:
+        return dx, None
+    return dx.to(x_dtype), dx.to(h_dtype)
 
 
 # --------------------------------------------------------------------------------------------------
-# Kernels: any shape (..., N) in, the same shape and dtype out
+# Kernels: any shape (..., N) in, that shape out
+
+#: device type -> the aten norms torch's autocast runs in float32 there (the ops that have an
+#: autocast kernel: norms are never on the low-precision list). Read once, here: dynamo cannot trace
+#: the dispatcher query, and the answer is fixed for a torch build.
+_AUTOCAST_FP32 = {dev: {op for op in ("rms_norm", "layer_norm")
+                        if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key)}
+                  for dev, key in (("cuda", "AutocastCUDA"), ("cpu", "AutocastCPU"))}
 
 
-def _run(fn, x, h, *args):
-    """``fn`` on ``x`` (and ``h``, the residual branch added to it, broadcast and promoted as torch's
-    ``x + h`` would be)."""
-    if x.dtype not in _DTYPES:
-        raise NormsearchError(f"the triton norm kernels take float32, bfloat16 or float16 inputs, not {x.dtype}; "
+def _norm_dtype(op: str, dtype: torch.dtype, dev: str) -> torch.dtype:
+    """The dtype torch's ``op`` (``rms_norm`` or ``layer_norm``) returns for an input of ``dtype`` on
+    device type ``dev``: float32 where autocast is on and casts that op to float32, else ``dtype``."""
+    if op in _AUTOCAST_FP32.get(dev, ()) and torch.is_autocast_enabled(dev):
+        return torch.float32
+    return dtype
+
+
+def _check(x: Tensor, h: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor], torch.dtype]:
+    """x and h broadcast to one shape (each keeps its dtype), and the dtype of x + h."""
+    if x.dtype not in _DTYPES or (h is not None and h.dtype not in _DTYPES):
+        bad = x.dtype if x.dtype not in _DTYPES else h.dtype
+        raise NormsearchError(f"the triton norm kernels take float32, bfloat16 or float16 inputs, not {bad}; "
                               "use kernels: torch")
-    if h is not None and (h.shape != x.shape or h.dtype != x.dtype):
-        dtype = torch.promote_types(x.dtype, h.dtype)
-        x, h = torch.broadcast_tensors(x.to(dtype), h.to(dtype))
-    return fn.apply(x, h, *args)
+    if h is None:
+        return x, None, x.dtype
+    if h.shape != x.shape:
+        x, h = torch.broadcast_tensors(x, h)
+    return x, h, torch.promote_types(x.dtype, h.dtype)
+
+
+def _row_norm(x, h, p, o, rms: bool):
+    x, h, dtype = _check(x, h)
+    out = _norm_dtype("rms_norm" if rms else "layer_norm", dtype, x.device.type)
+    s, y, _, _ = norm_fwd(x, h, p.get("weight"), p.get("bias"), float(o["eps"]), rms, out)
+    return y if h is None else (s, y)
+
+
+def _dyt(x, h, p, o):
+    x, h, dtype = _check(x, h)
+    w, b = p.get("weight"), p.get("bias")
+    for t in (w, b):  # w * tanh(alpha x) + b: alpha, a scalar, does not promote; w and b do
+        if t is not None:
+            dtype = torch.promote_types(dtype, t.dtype)
+    s, y = dyt_fwd(x, h, p["alpha"], w, b, dtype)
+    return y if h is None else (s, y)
 
 
 class _NormKernel:
@@ -396,20 +298,20 @@ class _NormKernel:
         self.rms = rms
 
     def forward(self, x, p, o):
-        return _run(_RowNorm, x, None, p.get("weight"), p.get("bias"), o["eps"], self.rms)
+        return _row_norm(x, None, p, o, self.rms)
 
     def add(self, x, h, p, o):
-        return _run(_RowNorm, x, h, p.get("weight"), p.get("bias"), o["eps"], self.rms)
+        return _row_norm(x, h, p, o, self.rms)
 
 
 class _DyTKernel:
     """DyT, standalone and fused with the residual add."""
 
     def forward(self, x, p, o):
-        return _run(_DyT, x, None, p["alpha"], p.get("weight"), p.get("bias"))
+        return _dyt(x, None, p, o)
 
     def add(self, x, h, p, o):
-        return _run(_DyT, x, h, p["alpha"], p.get("weight"), p.get("bias"))
+        return _dyt(x, h, p, o)
 
 
 #: Norm kind name -> a factory of its Triton kernel. A kind without an entry runs on torch under

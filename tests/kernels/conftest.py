@@ -10,6 +10,7 @@ interpreter there).
 """
 
 import os
+import zlib
 
 import pytest
 
@@ -52,3 +53,11 @@ def device():
     if not torch.cuda.is_available():
         pytest.skip("TRITON_INTERPRET is off and there is no CUDA device")
     return "cuda"
+
+
+@pytest.fixture
+def gen(request):
+    """A generator seeded by the test's name: fresh data for every case, the same on every run."""
+    import torch
+
+    return torch.Generator().manual_seed(zlib.crc32(request.node.name.encode()))

@@ -57,9 +57,10 @@ def test_script_calls_main():
     assert out.returncode == 2 and "needs a CUDA GPU" in out.stderr
 
 
-def test_run_end_to_end_on_the_interpreter(monkeypatch, tmp_path):
-    """Every op through each provider that runs on the CPU, the rows, the files; the GPU timer and
-    the 1 GiB copy are stood in for, so this checks the wiring, not the numbers."""
+def test_run_end_to_end(monkeypatch, tmp_path, device):
+    """Every op through each provider that runs here (the interpreter on a CPU, compiled on a GPU),
+    the rows, the files; the GPU timer and the 1 GiB copy are stood in for, so this checks the wiring,
+    not the numbers."""
     pytest.importorskip("triton", reason="Triton is not installed (pip install 'normsearch[triton]')")
 
     def once(fn, **kwargs):
@@ -69,7 +70,7 @@ def test_run_end_to_end_on_the_interpreter(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "_do_bench", once)
     monkeypatch.setattr(bench, "copy_bandwidth", lambda dtype, rep, device: 1000.0)
     args = bench.parse_args(["--tokens", "3", "--hidden", "33", "--providers", "triton", "torch"])
-    meta, rows = bench.run(args, device="cpu")
+    meta, rows = bench.run(args, device=device)
     assert [(r["op"], r["provider"]) for r in rows] == [(op, p) for op in bench.OPS for p in ("triton", "torch")]
     fwd, fwdbwd = bench.bytes_moved("add_rmsnorm", 3, 33, 2)
     assert rows[-1]["fwd_gbps"] == fwd / 0.5 / 1e6 and rows[-1]["fwdbwd_gbps"] == fwdbwd / 0.5 / 1e6
