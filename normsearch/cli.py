@@ -380,6 +380,8 @@ def ladder(
                                                      "(default: the search's steps at every rung)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on steps per run."),
     lr: Optional[str] = typer.Option(None, help="auto | sweep | transfer (auto: transfer under muP)."),
+    lr_extend: Optional[int] = typer.Option(None, help="Points the sweep may add past an end that holds the best, "
+                                            "per rung (default: train.lr_extend)."),
     target: Optional[float] = typer.Option(None, help="Extrapolate the order to this many parameters."),
     out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png (default: "
                                        "results/<name>/ladder)."),
@@ -412,7 +414,7 @@ def ladder(
     parent = open_results(study, url, study_name)
     base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
     given = {"top": top, "seeds": seeds, "first_seed": first_seed, "tokens_per_param": tokens_per_param,
-             "max_steps": max_steps, "lr": lr, "target": target}
+             "max_steps": max_steps, "lr": lr, "target": target, "lr_extend": lr_extend}
     settings = {**base, **{k: v for k, v in given.items() if v is not None}}
     if rungs is not None:
         settings["rungs"] = _yaml.loads(rungs, "--rungs")
@@ -471,7 +473,8 @@ def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
     extra = ["--rungs", json.dumps(d["rungs"]), "--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed",
              str(cfg.first_seed), "--baselines", ",".join(cfg.baselines or parent.recipe.search.baselines),
              "--lr", cfg.lr, "--study-name", parent.study.study_name]
-    for key, flag in (("tokens_per_param", "--tokens-per-param"), ("max_steps", "--max-steps")):
+    for key, flag in (("tokens_per_param", "--tokens-per-param"), ("max_steps", "--max-steps"),
+                      ("lr_extend", "--lr-extend")):
         if d[key] is not None:
             extra += [flag, str(d[key])]
     names = [w.name for w in workers]

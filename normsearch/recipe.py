@@ -197,6 +197,7 @@ class LadderConfig:
     tokens_per_param: float | None = None  # training tokens per run = this x parameters; None: train.steps
     max_steps: int | None = None  # the cap on steps per run
     lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under model.parametrization mup
+    lr_extend: int | None = None  # the sweep's extension at each rung (default: train.lr_extend)
     target: float | None = None  # extrapolate the order to this many parameters
 
     def __post_init__(self):
@@ -216,6 +217,8 @@ class LadderConfig:
                 raise NormsearchError(f"ladder.baselines: {unknown('baseline', b, BASELINES)}")
         if self.tokens_per_param is not None and self.tokens_per_param <= 0:
             raise NormsearchError("ladder.tokens_per_param must be > 0")
+        if self.lr_extend is not None and self.lr_extend < 0:
+            raise NormsearchError("ladder.lr_extend must be >= 0")
         if self.max_steps is not None and self.max_steps < 1:
             raise NormsearchError("ladder.max_steps must be >= 1")
         if self.target is not None and self.target <= 0:

@@ -167,7 +167,10 @@ def _confirmation(handle, out_dir: Path, against, overwrite: bool):
 
     if not isinstance(handle, StudyHandle):
         return None
-    stage = confirm_handle(handle)
+    try:
+        stage = confirm_handle(handle)
+    except NormsearchError:  # a storage that cannot hold stages (an in-memory study)
+        return None
     if stage is None:
         return None
     search = rank(handle, against=against)

@@ -73,7 +73,8 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
             steps = min(steps, cfg.max_steps)
         scale = steps / t.steps
         train = replace(t, steps=steps, warmup=min(steps, round(t.warmup * scale)),
-                        eval_every=max(1, round(t.eval_every * scale)))
+                        eval_every=max(1, round(t.eval_every * scale)),
+                        lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend)
         out.append(Rung(i, dict(overrides), steps, n, stage_recipe(parent, kind_of(i), model=model, train=train)))
     for a, b in zip(out, out[1:]):
         if b.n_params <= a.n_params:
