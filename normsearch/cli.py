@@ -547,8 +547,10 @@ def status(
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
     storage = read_only(study, storage)
     from .search import open_results, status_text
+    from .search._stages import stage_status
 
-    typer.echo(status_text(open_results(study, storage, study_name)))
+    handle = open_results(study, storage, study_name)
+    typer.echo("\n".join([status_text(handle), *stage_status(handle)]))
 
 
 @app.command()

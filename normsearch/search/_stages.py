@@ -348,3 +348,29 @@ def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:
         seeds_of[t.label] = max([seeds_of.get(t.label, -1), *t.seeds])
     added = [[r.label, seeds_of[r.label] + 1] for r in contenders[:left]]
     return {**info, "contenders": [r.label for r in contenders], "added": added}
+
+
+def stage_status(parent: StudyHandle) -> list[str]:
+    """``normsearch status`` lines for the stages of a search: tasks done, running, racing."""
+    import optuna
+
+    lines = []
+    try:
+        kinds = stage_names(parent)
+    except NormsearchError:
+        return lines
+    store = open_storage(parent.storage_url, create=False)
+    for kind in sorted(kinds):
+        study = optuna.load_study(study_name=stage_study_name(parent.recipe.name, kind), storage=store)
+        trials = study.get_trials(deepcopy=False)
+        info = study.user_attrs.get(A_STAGE) or {}
+        keys = {t.user_attrs.get(A_TASK) for t in trials if t.user_attrs.get(A_TASK)}
+        done = {t.user_attrs.get(A_TASK) for t in trials if t.state.name in ("COMPLETE", "PRUNED")}
+        running = sum(t.state.name == "RUNNING" for t in trials)
+        extra = sum(len(v.get("added", [])) for k, v in study.user_attrs.items() if k.startswith(A_ROUND))
+        end = (study.user_attrs.get(A_RACE_END) or {}).get("stop")
+        race = f"; racing added {extra} runs" + (f", stopped: {end}" if end else "") if extra or end else ""
+        lines.append(f"  stage {kind}: {len(info.get('entries', []))} architectures, {len(done & keys)}/{len(keys)} "
+                     f"tasks done, {running} running{race}")
+    return lines
+

@@ -187,6 +187,8 @@ def test_confirm_retrains_the_top_and_the_baselines_on_fresh_seeds_and_resumes_a
     assert {r["label"] for r in data["confirmed"]["rows"]} == set(labels)
     # the search's trials are untouched by the stage: the sampler never sees a confirmation run
     assert len(open_results(searched).study.get_trials()) == len(search.study.get_trials())
+    status = runner.invoke(app, ["status", str(searched)])
+    assert status.exit_code == 0 and "stage confirm: 3 architectures, 3/3 tasks done" in status.output, status.output
     # resuming with other settings is refused, with the settings it was started with
     result = runner.invoke(app, ["confirm", str(searched), "--top", "2", "--jobs", "1"])
     assert result.exit_code == 2 and "top 1" in result.output
