@@ -198,7 +198,7 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
             save(fig, out_dir / "ladder.png")
             plot = "ladder.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
-    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs))
+    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir)
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

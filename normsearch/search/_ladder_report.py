@@ -3,6 +3,8 @@ sentences themselves are :mod:`normsearch.report._ladder_verdicts`)."""
 
 from __future__ import annotations
 
+import os
+
 from ..report._columns import num
 from ..report._ladder_verdicts import ladder_lines
 
@@ -14,7 +16,7 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int) -> str:
+def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None) -> str:
     from ._ladder import lr_mode
 
     r0 = parent.recipe
@@ -47,8 +49,8 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
     lines.append("")
     lines += ["## Each rung", ""]
     for rung, rk in zip(rungs, rankings):
-        lines += [f"### Rung {rung.index} ({rung.n_params:,} parameters) "
-                  f"([full report](../{rung.recipe.folder.name}/report.md))", "",
+        link = os.path.relpath(parent.folder / rung.recipe.folder.name / "report.md", out_dir or parent.folder / "x")
+        lines += [f"### Rung {rung.index} ({rung.n_params:,} parameters) ([full report]({link}))", "",
                   "| rank | architecture | loss [95% CI] | failed | P(best) | best lr |", "|---|---|---|---|---|---|"]
         for r in rk.ranked:
             ci = f" [{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else ""
