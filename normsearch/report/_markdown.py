@@ -106,7 +106,14 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
     lines.append(f"- **Model**: {model.n_layers} layers, width {model.d_model}, {model.n_heads} heads, context "
                  f"{model.context_length} tokens, vocabulary {model.vocab_size}. **Data**: {data.corpus or data.path}, "
                  f"{data.tokenizer} tokens.")
-    if True:
+    confirmation = any(x.metric == "test_bpb" for r in ranking.rows for x in r.runs)
+    if confirmation:
+        lines.append(f"- **Training** (a confirmation): each architecture on the fresh seeds "
+                     f"{', '.join(map(str, train.seeds))} (and any racing added) at the one learning rate the search "
+                     f"chose for it, each run {train.steps} steps of {train.batch_size} sequences"
+                     f"{f' ({_count(tokens_run)} tokens)' if tokens_run else ''}; scored on the test split, not the "
+                     f"validation windows.")
+    else:
         lrs = ", ".join(f"{x:g}" for x in train.lr)
         n_seeds, n_lr = len(train.seeds), len(train.lr)
         per_run = f" ({_count(tokens_run)} tokens)" if tokens_run else ""
@@ -114,9 +121,11 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
                      f"seed(s) x {n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, each "
                      f"{train.steps} steps of {train.batch_size} sequences{per_run}. Seeds: "
                      f"{', '.join(map(str, train.seeds))}.")
-    lines.append(f"- **Score** (lower is better): {score_definition()}. "
-                 + f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines, "
-                 f"optimising the `{ranking.objective}` objective.")
+    stage = "/" in ranking.study  # a stage of a search (confirmation, ladder rung): no search of its own
+    lines.append(f"- **Score** (lower is better): {score_definition(confirmation)}. "
+                 + ("The architectures are the search's: no sampler here." if stage else
+                    f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines, "
+                    f"optimising the `{ranking.objective}` objective."))
     second = search.second_objective
     if second and second != "none":
         lines.append(f"- This study also optimised {second} (a Pareto search); this ranking orders by the loss only.")

@@ -93,8 +93,9 @@ def summary_lines(ranking: Ranking) -> list[str]:
     return lines + [""]
 
 
-def score_definition() -> str:
-    return (f"the validation loss in {UNIT} at the end of training, averaged over the successful runs at the "
+def score_definition(test: bool = False) -> str:
+    split = "test" if test else "validation"
+    return (f"the {split} loss in {UNIT} at the end of training, averaged over the successful runs at the "
             f"architecture's chosen learning rate (the one where it failed least, then had the lowest mean). A "
             f"run **fails** if it diverged (NaN, or a loss far above its start) or **stalled** (it ended near the "
             f"loss of a model that learned only the training bytes' frequencies, or never improved on its loss "

@@ -64,11 +64,22 @@ def open_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None) -> tuple[
         search_finished(parent)
 
     def make() -> Stage:
-        recipe = stage_recipe(parent.recipe, KIND, confirm=cfg)
-        return Stage(KIND, settings, entries(parent, cfg), recipe, cfg.seed_list(), test_bytes=cfg.test_bytes,
-                     racing=racing)
+        found = entries(parent, cfg)
+        recipe = confirm_recipe(parent.recipe, cfg.seed_list(), [lr for e in found for lr in e.lr])
+        return Stage(KIND, settings, found, recipe, cfg.seed_list(), test_bytes=cfg.test_bytes, racing=racing)
 
-    return open_stage(parent, KIND, settings, make)
+    handle, stage = open_stage(parent, KIND, settings, make)
+    lrs = [lr for e in stage.entries for lr in e.lr]
+    stage.recipe = handle.recipe = confirm_recipe(parent.recipe, stage.seeds, lrs)
+    return handle, stage
+
+
+def confirm_recipe(parent, seeds: list[int], lrs: list[float]):
+    """The recipe a confirmation's runs are trained under: the search's, with the fresh seeds and the
+    chosen learning rates (each architecture trains at its own one only)."""
+    from dataclasses import replace
+
+    return stage_recipe(parent, KIND, train=replace(parent.train, seeds=list(seeds), lr=sorted(set(lrs)), lr_extend=0))
 
 
 def run_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None, display=None, verbose: bool = False):
@@ -84,7 +95,8 @@ def confirm_handle(parent: StudyHandle) -> StudyHandle | None:
     from ._stages import A_STAGE
 
     study = find_stage(parent, KIND)
-    if study is None or not study.user_attrs.get(A_STAGE):
+    info = study.user_attrs.get(A_STAGE) if study is not None else None
+    if not info:
         return None
-    recipe = stage_recipe(parent.recipe, KIND)
+    recipe = confirm_recipe(parent.recipe, info["seeds"], [lr for e in info["entries"] for lr in e["lr"]])
     return StudyHandle(recipe, study, parent.storage_url, parent.folder / KIND)
