@@ -16,8 +16,10 @@ against the table and count the compute each needs to reach the best (issue 16).
    points evaluated, baselines included, as a fraction of the grid.
 4. Targets (the "best within its interval"): ``best`` is the best point of the seed-0 table;
    ``top3`` any of the three best; ``noise`` any point whose seed-0 loss is within sigma of the best
-   seed-0 loss (one seed-noise s.d.: points a one-seed search cannot tell from the best). For each,
-   the analytic reference is random order (without repeats) after the same baselines.
+   seed-0 loss (one seed-noise s.d.: points a one-seed search cannot tell from the best); ``mean``
+   any retrained top point whose mean over all its seeds is within sigma sqrt(2/seeds) of the best
+   mean (one standard error of a difference). For each, the analytic reference is random order
+   (without repeats) after the same baselines.
 
 Writes ``<out>/table.json`` (the cache), ``<out>/replay.json`` and prints the table in Markdown.
 """
@@ -206,12 +208,19 @@ VARIANTS = {
 }
 
 
-def targets(seed0: dict[str, float], sigma: float) -> dict[str, set[str]]:
-    """The target sets: the best point, the three best, and the points within sigma of the best."""
+def targets(seed0: dict[str, float], sigma: float, means: dict[str, list[float]] | None = None) -> dict[str, set[str]]:
+    """The target sets: the best point of the seed-0 table, its three best, the points within sigma
+    of its best, and (given ``means``, the retrained top points' losses on every seed) the points
+    whose mean is within one standard error of a difference, sigma sqrt(2/seeds), of the best mean."""
     order = sorted(seed0, key=seed0.__getitem__)
     best = seed0[order[0]]
-    return {"best": {order[0]}, "top3": set(order[:3]),
-            "noise": {a for a, v in seed0.items() if v <= best + sigma}}
+    out = {"best": {order[0]}, "top3": set(order[:3]), "noise": {a for a, v in seed0.items() if v <= best + sigma}}
+    if means:
+        avg = {a: sum(xs) / len(xs) for a, xs in means.items()}
+        k = min(len(xs) for xs in means.values())
+        top = min(avg.values())
+        out["mean"] = {a for a, m in avg.items() if m <= top + sigma * math.sqrt(2 / k)}
+    return out
 
 
 def baseline_points(r) -> list[tuple[str, dict, str]]:
@@ -266,9 +275,10 @@ def replay(r, seed0: dict[str, float], sampler, goals: dict[str, set[str]], stal
     return {"evaluated": hit, "repeats": repeats, "distinct": len(seen)}
 
 
-def replay_all(r, points: dict, seed0: dict[str, float], sigma: float, variants: list[str], seeds: int) -> dict:
+def replay_all(r, points: dict, seed0: dict[str, float], sigma: float, variants: list[str], seeds: int,
+               means: dict[str, list[float]] | None = None) -> dict:
     n = len(points)
-    goals = targets(seed0, sigma)
+    goals = targets(seed0, sigma, means)
     first = [a for _, _, a in baseline_points(r)]
     out = {"points": n, "sigma": sigma, "targets": {k: sorted(v) for k, v in goals.items()},
            "baselines": first, "random_order": {k: random_order_cost(n, first, g) / n for k, g in goals.items()},
@@ -351,10 +361,10 @@ def main(argv=None) -> int:
     if args.train_only or args.points:
         return 0
     sigma = seed_noise(table, top, [0, *extra])
-    results = replay_all(r, points, seed0, sigma, variants, args.sampler_seeds)
+    means = {a: [table["runs"][run_key(a, s)]["loss"] for s in [0, *extra]] for a in top} if extra else None
+    results = replay_all(r, points, seed0, sigma, variants, args.sampler_seeds, means)
     results["wall_seconds_training"] = table["wall_seconds"]
-    results["top"] = {a: [table["runs"][run_key(a, s)]["loss"] for s in [0, *extra]
-                          if run_key(a, s) in table["runs"]] for a in top}
+    results["top"] = means
     (out / "replay.json").write_text(json.dumps(results, indent=1))
     print(report(results))
     return 0

@@ -47,6 +47,7 @@ def test_replay_on_a_fake_table(tmp_path, capsys):
     results = json.loads((tmp_path / "replay.json").read_text())
     best = min(seed0, key=seed0.__getitem__)
     assert results["targets"]["best"] == [best] and len(results["targets"]["top3"]) == 3
+    assert best in results["targets"]["mean"] and set(results["targets"]["mean"]) <= set(results["top"])
     assert results["points"] == 128 and len(results["baselines"]) == 3
     for v in ("random", "tpe"):
         for run in results["variants"][v]["runs"]:
