@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 from ..recipe import Recipe
+from ..records import A_BASELINE, A_REUSED
 
 
 def make_sampler(recipe: Recipe, seed: int):
@@ -21,14 +22,74 @@ def make_sampler(recipe: Recipe, seed: int):
 def _tpe(s, seed):
     from optuna.samplers import TPESampler
 
-    return TPESampler(seed=seed, n_startup_trials=s.startup_trials, n_ei_candidates=24, multivariate=True,
-                      group=True, constant_liar=True)
+    model = TPESampler(seed=seed, n_startup_trials=0, n_ei_candidates=24, multivariate=True, group=True,
+                       constant_liar=True)
+    return searched_startup(model, s.startup_trials, seed)
 
 
 def _gp(s, seed):
     from optuna.samplers import GPSampler
 
-    return GPSampler(seed=seed, n_startup_trials=s.startup_trials, deterministic_objective=False)
+    return searched_startup(GPSampler(seed=seed, n_startup_trials=0, deterministic_objective=False),
+                            s.startup_trials, seed)
+
+
+def searched_trials(study) -> int:
+    """Finished trials that the sampler proposed and that were trained: not the enqueued baselines
+    (attr ``baseline``), not the repeated proposals that reused a stored result (``reused_from``)."""
+    from optuna.trial import TrialState
+
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+               if not t.user_attrs.get(A_BASELINE) and t.user_attrs.get(A_REUSED) is None)
+
+
+def searched_startup(model, startup: int, seed: int):
+    """``model`` (TPE, GP), preceded by random proposals until ``startup`` searched trials are done.
+
+    Optuna's own ``n_startup_trials`` counts every finished trial, so the enqueued baselines used
+    it up (the quickstart, 4 baselines and ``startup_trials: 2``, had no random start-up) and so did
+    repeated proposals. Whether a trial is a start-up one is decided once, when it begins; the
+    model is never consulted for it."""
+    import optuna
+
+    class SearchedStartup(optuna.samplers.BaseSampler):
+        def __init__(self):
+            self.model, self.startup = model, startup
+            self.random = optuna.samplers.RandomSampler(seed=seed)
+            self._random_trials: dict[int, bool] = {}  # trial number -> sampled at random
+
+        def is_startup(self, study, trial) -> bool:
+            if trial.number not in self._random_trials:
+                done = searched_trials(study)
+                finished = done or any(t.state.is_finished() and t.values is not None
+                                       for t in study.get_trials(deepcopy=False))
+                self._random_trials[trial.number] = done < self.startup or not finished
+            return self._random_trials[trial.number]
+
+        def infer_relative_search_space(self, study, trial):
+            return {} if self.is_startup(study, trial) else self.model.infer_relative_search_space(study, trial)
+
+        def sample_relative(self, study, trial, search_space):
+            return self.model.sample_relative(study, trial, search_space) if search_space else {}
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            chosen = self.random if self.is_startup(study, trial) else self.model
+            return chosen.sample_independent(study, trial, param_name, param_distribution)
+
+        def before_trial(self, study, trial):
+            self.model.before_trial(study, trial)
+            self.random.before_trial(study, trial)
+
+        def after_trial(self, study, trial, state, values):
+            self._random_trials.pop(trial.number, None)
+            self.model.after_trial(study, trial, state, values)
+            self.random.after_trial(study, trial, state, values)
+
+        def reseed_rng(self):
+            self.model.reseed_rng()
+            self.random.reseed_rng()
+
+    return SearchedStartup()
 
 
 def _random(s, seed):
