@@ -531,6 +531,12 @@ def validate(
     n = len(r.search.baselines) + r.search.trials
     lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
                  f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
+    if r.confirm is not None:
+        c = r.confirm
+        k = c.top + len(c.baselines if c.baselines is not None else r.search.baselines)
+        race = f", racing up to {r.search.racing.budget} more" if r.search.racing else ""
+        lines.append(f"  then confirm: the top {c.top} and the baselines on {c.seeds} fresh seeds from {c.first_seed}, "
+                     f"scored on a {c.test_bytes:,}-byte test split; {k * c.seeds} runs{race}")
     where = storage or r.storage
     shown = mask_url(storage_option(storage) if storage else r.storage_url)
     lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{shown}")
