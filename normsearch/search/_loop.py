@@ -273,7 +273,7 @@ class Search:
         workers = live_workers()
         if t.threads is None:
             return replace(t, threads=thread_share(workers))
-        if t.threads * workers > cores() and not self._warned:
+        if t.threads * workers > cores() and t.threads > max(1, cores() // workers) and not self._warned:
             self._warned = True
             log.warning("%d normsearch workers on this host with train.threads %d each oversubscribe its %d cores; "
                         "start one `normsearch run --jobs %d` instead, or set --train.threads %d",
