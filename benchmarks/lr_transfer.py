@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--recipe", default=str(ROOT / "recipes/quickstart.yaml"))
     ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256])
     ap.add_argument("--lrs", type=float, nargs="+",
-                    default=[round(2e-3 * 2 ** k, 6) for k in range(0, 6)])  # 2e-3 .. 6.4e-2, factor 2
+                    default=[round(1e-3 * 2 ** k, 6) for k in range(0, 7)])  # 1e-3 .. 6.4e-2, factor 2
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--parametrizations", nargs="+", default=["standard", "mup"], choices=["standard", "mup"])
     ap.add_argument("--steps", type=int, default=100)
@@ -101,9 +101,10 @@ def main(argv=None) -> int:
     out = Path(a.out)
     data = load(out)
     if not a.summary:
-        data["settings"] = {"recipe": os.path.relpath(a.recipe, ROOT), "placement": "pre_ln", "widths": a.widths,
+        data.setdefault("invocations", []).append({
+                            "recipe": os.path.relpath(a.recipe, ROOT), "placement": "pre_ln", "widths": a.widths,
                             "lrs": a.lrs, "seeds": a.seeds, "steps": a.steps, "mup_base_width": a.base,
-                            "jobs": a.jobs}
+                            "jobs": a.jobs, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         todo = [(p, w, lr, s) for w in sorted(a.widths) for p in a.parametrizations
                 for lr in a.lrs for s in a.seeds if _key(p, w, lr, s) not in data["runs"]]
         # mup at its base width is standard bit for bit (tests/test_parametrization.py): not trained twice
