@@ -152,6 +152,11 @@ class ModelConfig:
     dropout: float = 0.0
     init: Literal["gpt", "small"] = "gpt"  # gpt: N(0, 0.02), residual projections / sqrt(2L); small: N(0, 2/(5d))
     init_std: float = 0.02
+    # standard: the init above, one learning rate. mup: Maximal Update Parametrization for Adam
+    # (normsearch.parametrization; docs/parametrization.md): equal to standard at d_model ==
+    # mup_base_width, and the best learning rate found there carries to wider models
+    parametrization: Literal["standard", "mup"] = "standard"
+    mup_base_width: int = 64  # the d_model at which mup equals standard (the smallest rung's)
 
     def __post_init__(self):
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "context_length"):
@@ -163,6 +168,12 @@ class ModelConfig:
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
         _check(self.ffn_hidden is None or self.ffn_hidden >= 1, "model.ffn_hidden must be >= 1")
         _check(self.init_std > 0, "model.init_std must be > 0")
+        _check(self.mup_base_width >= 1, f"model.mup_base_width must be >= 1, not {self.mup_base_width}")
+
+    @property
+    def width_mult(self) -> float:
+        """d_model / mup_base_width under mup (every hidden dimension grows with it); 1 under standard."""
+        return self.d_model / self.mup_base_width if self.parametrization == "mup" else 1.0
 
     @property
     def head_dim(self) -> int:
@@ -181,4 +192,9 @@ class ModelConfig:
         return from_mapping(cls, d, "model")
 
     def to_dict(self) -> dict[str, Any]:
-        return to_mapping(self)
+        """The plain-data form. The parametrization's keys are written only under mup, so a recipe
+        saved before they existed (and every study fingerprint made from one) compares equal."""
+        out = to_mapping(self)
+        if self.parametrization == "standard":
+            del out["parametrization"], out["mup_base_width"]
+        return out

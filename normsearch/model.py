@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from .config import ModelConfig
 from .kernels import get_kernel, resolve_backend
 from .norms import NORM_KINDS
+from . import parametrization as P
 from .block_options import PLAIN
 from .spec import BLOCK_SITES, SITE, NormSpec, Placement
 
@@ -172,6 +173,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(C, 3 * C, bias=False)
         self.out = nn.Linear(C, C, bias=False)
         self.gate = None if gate == "none" else nn.Linear(C, C if gate == "elementwise" else self.n_heads, bias=False)
+        self.scale = P.attention_scale(config.head_dim, config.width_mult)  # None: 1/sqrt(head_dim)
         self.max_logit: Tensor | None = None  # set during probe_attention()
         self.probe = False
 
@@ -183,18 +185,20 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if self.probe:
-            self.max_logit = max_attention_logit(q, k)
+            self.max_logit = max_attention_logit(q, k, self.scale)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
         if self.gate is not None:  # [gate] on SDPA's output, before W_o
             y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1).transpose(1, 2)
         return F.dropout(self.out(y.transpose(1, 2).reshape(B, T, C)), drop, self.training)
 
 
-def max_attention_logit(q: Tensor, k: Tensor) -> Tensor:
-    """The largest pre-softmax logit q.k/sqrt(d) over the causal positions (Wortsman et al.)."""
+def max_attention_logit(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+    """The largest pre-softmax logit q.k/sqrt(d) (q.k x ``scale``, where given) over the causal
+    positions (Wortsman et al.)."""
     T = q.shape[-2]
-    logits = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    qk = q.float() @ k.float().transpose(-2, -1)
+    logits = qk / math.sqrt(q.shape[-1]) if scale is None else qk * scale
     mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     return logits.masked_fill(~mask, float("-inf")).amax().detach()
 
@@ -267,28 +271,56 @@ class Transformer(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self._rope: tuple[Tensor, Tensor] | None = None
+        self.output_mult = P.output_mult(config.width_mult)  # 1 under standard
         self.reset_parameters()
 
     def reset_parameters(self):
         """N(0, std); the residual projections N(0, std / sqrt(2 n_layers)) under init gpt unless
         the residual's scaled_init is off; then the value projection, W_o and the FFN's weights
-        times the residual's beta (DeepNorm). Norms and branch gains keep their initial values."""
+        times the residual's beta (DeepNorm). Norms and branch gains keep their initial values.
+        Under mup, ``small``'s std is the one at the base width and each std is times its role's
+        factor (normsearch.parametrization)."""
         cfg, res = self.config, self.resolved.residual
-        std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * cfg.d_model))
+        m = cfg.width_mult
+        width = cfg.d_model if cfg.parametrization == "standard" else cfg.mup_base_width
+        std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * width))
         scaled = cfg.init == "gpt" and res["scaled_init"]
         resid_std = std / math.sqrt(2 * cfg.n_layers) if scaled else std
         beta, C = res["beta"], cfg.d_model
         for name, p in self.named_parameters():
             if is_norm_parameter(name) or is_residual_gain(name):
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
+            factor = P.init_mult(self.param_role(name, p), m)
             if name.endswith(("attn.out.weight", "ffn.down.weight")):
-                nn.init.normal_(p, 0.0, resid_std)
+                nn.init.normal_(p, 0.0, resid_std * factor)
             else:
-                nn.init.normal_(p, 0.0, std)
+                nn.init.normal_(p, 0.0, std * factor)
             if beta != 1.0 and name.endswith(BETA_SCALED):
                 p.data.mul_(beta)
             elif beta != 1.0 and name.endswith("attn.qkv.weight"):
                 p.data[2 * C:].mul_(beta)  # the value projection's rows
+
+    def param_role(self, name: str, p: Tensor) -> str:
+        """The parameter's role in normsearch.parametrization: input, hidden, readout, output or
+        vector. A matrix this does not know is an error, so that a new layer gets a rule."""
+        if is_norm_parameter(name) or is_residual_gain(name) or p.ndim < 2:
+            return "vector"
+        if name in ("wte.weight", "wpe.weight"):
+            return "input"
+        if name == "lm_head.weight":
+            return "output"
+        if name.startswith("blocks.") and name.endswith(".attn.gate.weight") and p.shape[0] != self.config.d_model:
+            return "readout"  # one gate per head: from the width to n_heads
+        if name.startswith("blocks."):
+            return "hidden"
+        raise ValueError(f"no parametrization role for parameter {name!r}")
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+        """AdamW's groups: weight decay on matrices and embeddings, none on norm parameters and
+        other vectors; lr and decay times the parametrization's factors."""
+        named = [(n, p, self.param_role(n, p), not (is_norm_parameter(n) or p.ndim < 2))
+                 for n, p in self.named_parameters()]
+        return P.param_groups(named, lr, weight_decay, self.config.width_mult)
 
     def rope(self, T: int, device, dtype=torch.float32) -> tuple[Tensor, Tensor] | None:
         """The rotary tables for T positions in ``dtype`` promoted to at least float32 (cached;
@@ -315,6 +347,8 @@ class Transformer(nn.Module):
             x = block(x, rope)
             hidden.append(x)
         logits = self.lm_head(self.norms.final(x))  # [final]
+        if self.output_mult != 1.0:
+            logits = logits * self.output_mult  # mup's output multiplier
         return (logits, hidden) if return_hidden else logits
 
     @contextmanager

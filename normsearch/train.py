@@ -30,7 +30,7 @@ from .config import ModelConfig
 from .data import DataConfig, Tokens, load_tokens
 from .errors import NormsearchError
 from .kernels import resolve_backend, triton_version
-from .model import Transformer, build_model, is_norm_parameter
+from .model import Transformer, build_model
 from .recipe import TrainConfig
 from .records import RunResult
 from ._monitor import Monitor
@@ -68,12 +68,10 @@ def lr_lambda(train: TrainConfig) -> Callable[[int], float]:
 
 
 def optimizer(model: Transformer, train: TrainConfig, lr: float):
-    """AdamW with weight decay on matrices and embeddings, none on norm parameters, and the
+    """AdamW with weight decay on matrices and embeddings, none on norm parameters, each group's lr
+    and decay as the model's parametrization says (:meth:`Transformer.param_groups`), and the
     warmup-then-decay schedule stepped every optimizer step."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (no_decay if is_norm_parameter(name) or p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = model.param_groups(lr, train.weight_decay)
     opt = torch.optim.AdamW(groups, lr=lr, betas=(train.beta1, train.beta2), foreach=True)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(train))
 

@@ -173,6 +173,8 @@ class Attention(nn.Module):
         gate = c.get("gate", "none")
         width = C if gate == "elementwise" else self.n_heads
         self.gate = None if gate == "none" else nn.Linear(C, width, bias=False)
+        m = width_mult(c)  # muP's 1/d attention: 1/sqrt(head_dim), times m^-1/2
+        self.scale = None if m == 1.0 else 1.0 / math.sqrt(self.head_dim * m)
 
     def forward(
         self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope
@@ -184,7 +186,7 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
         if self.gate is not None:  # [gate] on SDPA's output, before W_o
             g = torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1)
             y = y * g.transpose(1, 2)
@@ -303,7 +305,15 @@ class Transformer(nn.Module):
             rope = rope_tables(T, c, idx.device, self.wte.weight.dtype)
         for block in self.blocks:
             x = block(x, rope)
-        return self.lm_head(self.norms.final(x))  # [final]
+        logits = self.lm_head(self.norms.final(x))  # [final]
+        m = width_mult(c)
+        return logits if m == 1.0 else logits * (1.0 / m)  # muP's output multiplier
+
+
+def width_mult(c: dict) -> float:
+    """d_model / mup_base_width under ``parametrization: mup`` (muP's attention scale and output
+    multiplier; its init is normsearch's), else 1."""
+    return c["d_model"] / c["mup_base_width"] if c.get("parametrization") == "mup" else 1.0
 
 
 # ------------------------------------------------------------------------------------------

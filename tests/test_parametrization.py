@@ -1,0 +1,192 @@
+"""model.parametrization: mup's rules (normsearch.parametrization), that standard and every old
+recipe are unchanged by it, and the coordinate check of the muP papers."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from normsearch.config import ModelConfig
+from normsearch.errors import NormsearchError
+
+BASE = dict(n_layers=2, d_model=64, n_heads=4, context_length=32)
+
+
+def _model(placement="pre_ln", seed=0, **cfg):
+    import torch
+
+    from normsearch.model import build_model
+
+    torch.manual_seed(seed)
+    return build_model(placement, {**BASE, **cfg})
+
+
+# --------------------------------------------------------------------------------------------------
+# Config: the default is not written, so old recipes and study fingerprints compare equal
+
+
+def test_the_default_is_standard_and_is_not_written():
+    cfg = ModelConfig()
+    assert cfg.parametrization == "standard" and cfg.width_mult == 1.0
+    assert "parametrization" not in cfg.to_dict() and "mup_base_width" not in cfg.to_dict()
+    mup = ModelConfig(d_model=256, parametrization="mup", mup_base_width=64)
+    assert mup.to_dict()["parametrization"] == "mup" and mup.to_dict()["mup_base_width"] == 64
+    assert ModelConfig.from_dict(mup.to_dict()) == mup and mup.width_mult == 4.0
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_bad_values_are_errors():
+    with pytest.raises(NormsearchError, match="model.parametrization must be standard | mup"):
+        ModelConfig.from_dict({"parametrization": "ntk"})
+    with pytest.raises(NormsearchError, match="mup_base_width must be >= 1"):
+        ModelConfig.from_dict({"parametrization": "mup", "mup_base_width": 0})
+
+
+def test_a_study_saved_before_the_key_existed_has_the_same_fingerprint():
+    from normsearch import _yaml
+    from normsearch.recipe import recipe_from_dict
+    from normsearch.search import fingerprint
+    from normsearch.search._open import first_difference
+
+    saved = _yaml.load(Path(__file__).parent / "fixtures/study_v1/results/v1/recipe.yaml")
+    now = recipe_from_dict(saved).raw
+    assert first_difference(fingerprint(saved), fingerprint(now)) is None
+    mup = recipe_from_dict({**saved, "model": {**saved["model"], "parametrization": "mup"}}).raw
+    assert first_difference(fingerprint(saved), fingerprint(mup)) == \
+        "model.parametrization: None in the study, 'mup' now"
+
+
+# --------------------------------------------------------------------------------------------------
+# The rules
+
+
+def test_every_parameter_of_every_baseline_has_a_role():
+    from normsearch.baselines import baselines
+
+    for name, placement in baselines().items():
+        for gate in ("none", "head", "elementwise"):
+            model = _model(dataclasses.replace(placement, gate=gate), parametrization="mup", d_model=128)
+            roles = {n: model.param_role(n, p) for n, p in model.named_parameters()}
+            assert roles["wte.weight"] == "input" and roles["lm_head.weight"] == "output", name
+            assert roles["blocks.0.attn.qkv.weight"] == "hidden"
+            assert all(r == "vector" for n, r in roles.items() if ".norms." in f".{n}"), name
+            if gate != "none":
+                assert roles["blocks.1.attn.gate.weight"] == ("readout" if gate == "head" else "hidden")
+
+
+def test_param_group_learning_rates_and_weight_decay():
+    """At width 256 on base 64 (m = 4): hidden matrices lr / 4 and weight decay x 4 (lr x wd as at
+    the base), the per-head gate likewise; embeddings, head and vectors as given; every parameter in
+    exactly one group, vectors never decayed."""
+    from normsearch.baselines import baseline
+
+    model = _model(dataclasses.replace(baseline("pre_ln"), gate="head"),
+                   d_model=256, parametrization="mup", mup_base_width=64, rope=False)
+    groups = model.param_groups(0.01, 0.1)
+    by_param = {}
+    for g in groups:
+        for p in g["params"]:
+            assert id(p) not in by_param
+            by_param[id(p)] = g
+    params = dict(model.named_parameters())
+    assert set(by_param) == {id(p) for p in params.values()}
+    expect = {"wte.weight": (0.01, 0.1), "wpe.weight": (0.01, 0.1), "lm_head.weight": (0.01, 0.1),
+              "blocks.0.attn.qkv.weight": (0.0025, 0.4), "blocks.1.ffn.down.weight": (0.0025, 0.4),
+              "blocks.0.attn.out.weight": (0.0025, 0.4), "blocks.0.attn.gate.weight": (0.0025, 0.4),
+              "blocks.0.norms.attn_in.weight": (0.01, 0.0), "norms.final.weight": (0.01, 0.0)}
+    for name, (lr, wd) in expect.items():
+        g = by_param[id(params[name])]
+        assert (g["lr"], g["weight_decay"]) == pytest.approx((lr, wd)), name
+    assert groups[0]["lr"] == 0.01  # the group the progress display reads holds the lr as given
+
+
+def test_standard_groups_are_the_two_of_before():
+    model = _model()
+    groups = model.param_groups(0.01, 0.1)
+    assert [(g["lr"], g["weight_decay"]) for g in groups] == [(0.01, 0.1), (0.01, 0.0)]
+    decayed = {id(p) for p in groups[0]["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in decayed) == (".norms." not in f".{name}" and p.ndim >= 2), name
+
+
+def test_init_attention_scale_and_output_multiplier_follow_the_width():
+    import math
+
+    std = _model(d_model=256)
+    mup = _model(d_model=256, parametrization="mup", mup_base_width=64)
+    assert mup.output_mult == 0.25 and std.output_mult == 1.0
+    attn = mup.blocks[0].attn
+    assert attn.scale == pytest.approx(math.sqrt(64 / 4) / 64)  # sqrt(base head dim) / head dim
+    assert std.blocks[0].attn.scale is None  # SDPA's own 1/sqrt(head_dim)
+    for name, target in (("wte.weight", 0.02), ("lm_head.weight", 0.02), ("blocks.0.attn.qkv.weight", 0.01),
+                         ("blocks.0.ffn.down.weight", 0.01 / 2)):  # / sqrt(2 n_layers): gpt's residual init
+        assert dict(mup.named_parameters())[name].std().item() == pytest.approx(target, rel=0.05), name
+        assert dict(std.named_parameters())[name].std().item() == pytest.approx(
+            0.02 if "down" not in name else 0.01, rel=0.05), name
+
+
+@pytest.mark.parametrize("extra", [{}, {"tie_embeddings": True, "rope": False}, {"init": "small", "ffn": "swiglu"}])
+def test_mup_at_the_base_width_is_standard_exactly(extra, one_thread):
+    import torch
+
+    from normsearch.baselines import baselines
+
+    x = torch.randint(0, 256, (2, 16))
+    for name in ("pre_ln", "post_ln", "deepnorm"):
+        placement = baselines()[name]
+        std, mup = _model(placement, **extra), _model(placement, parametrization="mup", mup_base_width=64, **extra)
+        assert torch.equal(std(x), mup(x)), name
+        assert [(g["lr"], g["weight_decay"]) for g in std.param_groups(1e-3, 0.1)] == \
+               [(g["lr"], g["weight_decay"]) for g in mup.param_groups(1e-3, 0.1)]
+
+
+# --------------------------------------------------------------------------------------------------
+# The coordinate check (Yang et al. 2022, Fig. 5): activations after a few Adam steps
+
+
+def _coordinates(parametrization: str, width: int, steps: int = 4, lr: float = 3e-3) -> tuple[float, float]:
+    """RMS of the logits and of the residual stream leaving the last block after ``steps`` AdamW
+    steps on one fixed batch."""
+    import torch
+    import torch.nn.functional as F
+
+    model = _model(d_model=width, parametrization=parametrization, mup_base_width=64)
+    opt = torch.optim.AdamW(model.param_groups(lr, 0.0), lr=lr)
+    x = torch.randint(0, 256, (8, 33), generator=torch.Generator().manual_seed(1))
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        logits, hidden = model(x[:, :-1], return_hidden=True)
+    return logits.pow(2).mean().sqrt().item(), hidden[-1].pow(2).mean().sqrt().item()
+
+
+def test_coordinate_check(one_thread):
+    """Under mup the logits and the residual stream stay O(1) from width 64 to 256 (within a factor
+    of 2 either way); under standard both grow with the width, the stream many times over."""
+    widths = (64, 128, 256)
+    mup = [_coordinates("mup", w) for w in widths]
+    std = [_coordinates("standard", w) for w in widths]
+    for i in range(2):
+        assert all(0.5 < m[i] / mup[0][i] < 2.0 for m in mup), mup
+        assert std[0][i] < std[1][i] < std[2][i], std
+    assert std[2][0] / std[0][0] > 2.0 and std[2][1] / std[0][1] > 4.0, std
+
+
+def test_an_exported_mup_model_computes_the_same_logits(tmp_path, one_thread):
+    """The standalone model.py applies the attention scale and the output multiplier too (the
+    export compares the two models' logits and refuses to write a folder where they differ)."""
+    import torch
+
+    from normsearch.export import export_architecture, load_exported
+
+    cfg = {**BASE, "d_model": 128, "parametrization": "mup", "mup_base_width": 64}
+    model = _model(**cfg)
+    out = export_architecture("pre_ln", cfg, tmp_path / "mup", state_dict=model)
+    x = torch.randint(0, 256, (2, 16))
+    assert torch.equal(load_exported(out)(x), model(x))
+    import json
+
+    assert json.loads((out / "config.json").read_text())["parametrization"] == "mup"
