@@ -113,3 +113,13 @@ def test_tokens_grow_with_parameters_by_the_stated_ratio_up_to_the_cap(tmp_path)
     assert rungs[-1].steps == 400  # capped
     with pytest.raises(NormsearchError, match="three or more"):
         LadderConfig(rungs=[{"d_model": 16}])
+
+
+def test_the_learning_rate_transfers_under_mup_and_is_swept_otherwise(tmp_path):
+    from normsearch.search._ladder import lr_mode
+
+    cfg = LadderConfig(rungs=[{"d_model": 64}, {"d_model": 128}, {"d_model": 256}])
+    assert lr_mode(load_recipe(write_tiny_recipe(tmp_path)), cfg) == "sweep"
+    mup = load_recipe(write_tiny_recipe(tmp_path), ["--model.parametrization", "mup", "--model.mup_base_width", "32"])
+    assert lr_mode(mup, cfg) == "transfer"
+    assert lr_mode(mup, LadderConfig(rungs=cfg.rungs, lr="sweep")) == "sweep"
