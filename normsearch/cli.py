@@ -225,6 +225,10 @@ def run(
     try:
         with display as bar:
             handle = run_study(r, storage=url, display=bar, verbose=verbose, seed_offset=worker_index)
+            if r.confirm is not None:  # the confirmation stage, once the search is done
+                from .stages.confirm import run_confirm
+
+                run_confirm(handle, r.confirm, r.search.racing, bar, verbose)
     except (StudyInterrupted, KeyboardInterrupt):
         typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
                    err=True)
@@ -301,7 +305,7 @@ def confirm(
     stop_on_sigterm()
     _setup_logging(verbose)
     from .search import StudyInterrupted, open_results
-    from .search._confirm import run_confirm
+    from .stages.confirm import run_confirm
 
     parent = open_results(study, url, study_name)
     cfg = parent.recipe.confirm or ConfirmConfig()
@@ -341,7 +345,7 @@ def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool
 
     from .progress import WorkersView
     from .ranking import DEFAULT_AGAINST
-    from .search._confirm import open_confirm
+    from .stages.confirm import open_confirm
     from .search._workers import plan_workers, run_workers
 
     workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))
@@ -409,7 +413,7 @@ def ladder(
     stop_on_sigterm()
     _setup_logging(verbose)
     from .search import StudyInterrupted, open_results
-    from .search._ladder import run_ladder, write_ladder_report
+    from .stages.ladder import run_ladder, write_ladder_report
 
     parent = open_results(study, url, study_name)
     base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
@@ -458,7 +462,7 @@ def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
 
     from .progress import WorkersView
     from .recipe import to_mapping
-    from .search._ladder import open_rungs, run_ladder
+    from .stages.ladder import open_rungs, run_ladder
     from .search._workers import plan_workers, run_workers
 
     workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))

@@ -462,8 +462,4 @@ def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, displa
     ensure_runnable(recipe, storage=storage)  # before the study exists: a bad recipe locks nothing
     handle = open_study(recipe, storage, seed_offset=seed_offset)
     Search(handle, display, verbose).run()
-    if recipe.confirm is not None:  # the confirmation stage, once the search is done
-        from ._confirm import run_confirm
-
-        run_confirm(handle, recipe.confirm, recipe.search.racing, display, verbose)
     return handle

@@ -82,6 +82,7 @@ class Stage:
     seeds: list[int]
     test_bytes: int | None = None
     racing: Any = None  # RacingConfig or None
+    decide: Any = None  # racing's rule: (handle, stage, racing) -> the next round (normsearch.stages.racing)
     lr_extend: int = 0  # the extending sweep within each task (a ladder's rung)
     rounds: list[dict] = field(default_factory=list)
 
@@ -305,9 +306,9 @@ class StageSearch(Search):
         True when it added tasks."""
         racing = self.stage.racing
         ua = retry(lambda: dict(self.study.user_attrs), "read the stage")
-        if racing is None or ua.get(A_RACE_END):
+        if racing is None or self.stage.decide is None or ua.get(A_RACE_END):
             return False
-        decision = racing_round(self.handle, self.stage, racing)
+        decision = self.stage.decide(self.handle, self.stage, racing)
         n = len(self.stage.rounds)
         if decision.get("stop"):
             retry(lambda: self.study.set_user_attr(A_RACE_END, decision), "store the end of racing")
@@ -315,39 +316,6 @@ class StageSearch(Search):
         retry(lambda: self.study.set_user_attr(f"{A_ROUND}{n}", decision), "store a round of racing")
         self.stage.rounds = _rounds(self.study)
         return True
-
-
-def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:
-    """What racing does next, from the stage's ranking: stop (why), or the seeds it adds. The
-    contenders are the architectures whose 95% rank interval reaches the leader's; each gets its next
-    fresh seed (the leader too: separating needs both sides), in order of P(best), as far as the
-    budget allows."""
-    from ..ranking import rank
-
-    spent = sum(len(r.get("added", [])) for r in stage.rounds)
-    ranking = rank(handle, against=[])
-    ranked = [r for r in ranking.ranked if r.rank is not None]
-    if not ranked:
-        return {"stop": "nothing ranked", "spent": spent}
-    leader = ranked[0]
-    info = {"round": len(stage.rounds) + 1, "leader": leader.label, "p_best": leader.p_best,
-            "rank_high": leader.rank_high, "spent": spent}
-    if not leader.n_seeds:
-        return {**info, "stop": "no architecture has a successful run to race on"}
-    if leader.p_best is not None and leader.p_best >= racing.p_best:
-        return {**info, "stop": f"{leader.label} reached P(best) {leader.p_best:.2f} >= {racing.p_best:g}"}
-    contenders = [r for r in ranked if r.rank_low is not None and r.rank_low <= (leader.rank_high or 1)]
-    if len(contenders) <= 1:
-        return {**info, "stop": f"separated: no rank interval reaches {leader.label}'s"}
-    left = racing.budget - spent
-    if left <= 0:
-        return {**info, "stop": f"budget spent ({racing.budget} extra runs)"}
-    contenders.sort(key=lambda r: -(r.p_best or 0.0))
-    seeds_of: dict[str, int] = {}
-    for t in stage.tasks():
-        seeds_of[t.label] = max([seeds_of.get(t.label, -1), *t.seeds])
-    added = [[r.label, seeds_of[r.label] + 1] for r in contenders[:left]]
-    return {**info, "contenders": [r.label for r in contenders], "added": added}
 
 
 def stage_status(parent: StudyHandle) -> list[str]:

@@ -25,7 +25,8 @@ from normsearch.search import open_results
 from normsearch.search._confirm import confirm_handle
 from normsearch.search._loop import extension
 from normsearch.search._open import fingerprint, stored_fingerprint
-from normsearch.search._stages import A_STAGE, Entry, Stage, racing_round
+from normsearch.search._stages import A_STAGE, Entry, Stage
+from normsearch.stages.racing import racing_round
 
 from tiny import write_tiny_recipe
 

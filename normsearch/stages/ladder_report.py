@@ -16,11 +16,10 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None) -> str:
-    from ._ladder import lr_mode
+def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
+                    mode: str = "sweep") -> str:
 
     r0 = parent.recipe
-    mode = lr_mode(r0, cfg)
     lines = [f"# normsearch ladder: `{r0.name}`", ""]
     if len(rungs) < n_planned or any(not rk.finished for rk in rankings):
         lines += [f"> **The ladder is not finished**: {len(rungs)} of {n_planned} rungs started; a rung still "

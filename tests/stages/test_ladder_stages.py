@@ -18,7 +18,7 @@ from normsearch.cli import app
 from normsearch.errors import NormsearchError
 from normsearch.recipe import LadderConfig, load_recipe
 from normsearch.search import open_results
-from normsearch.search._ladder import plan_rungs
+from normsearch.stages.ladder import plan_rungs
 from normsearch.search._stages import A_STAGE, find_stage
 
 from tiny import write_tiny_recipe
@@ -116,7 +116,7 @@ def test_tokens_grow_with_parameters_by_the_stated_ratio_up_to_the_cap(tmp_path)
 
 
 def test_the_learning_rate_transfers_under_mup_and_is_swept_otherwise(tmp_path):
-    from normsearch.search._ladder import lr_mode
+    from normsearch.stages.ladder import lr_mode
 
     cfg = LadderConfig(rungs=[{"d_model": 64}, {"d_model": 128}, {"d_model": 256}])
     assert lr_mode(load_recipe(write_tiny_recipe(tmp_path)), cfg) == "sweep"

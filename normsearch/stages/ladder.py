@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe
-from ._open import StudyHandle
-from ._stages import Entry, Stage, StageSearch, find_stage, open_stage, stage_recipe
+from ..search._open import StudyHandle
+from ..search._stages import Entry, Stage, StageSearch, find_stage, open_stage, stage_recipe
 
 
 def kind_of(i: int) -> str:
@@ -123,7 +123,7 @@ def settings_of(cfg: LadderConfig, mode: str) -> dict:
 
 def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, StudyHandle, Stage]]:
     """Create or resume every rung's stage (checked against the settings each was created with)."""
-    from ._confirm import search_finished
+    from ..search._confirm import search_finished
 
     mode = lr_mode(parent.recipe, cfg)
     rungs = plan_rungs(parent.recipe, cfg)
@@ -176,7 +176,7 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
     from ..report._ladder_plots import ladder_plot
     from ..report._plots import save
     from ..stats.ladder import analyse_ladder, rung_from_runs
-    from ._ladder_report import ladder_markdown
+    from .ladder_report import ladder_markdown
 
     rungs = ladder_handles(parent, cfg)
     if not rungs:
@@ -198,7 +198,8 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
             save(fig, out_dir / "ladder.png")
             plot = "ladder.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
-    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir)
+    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
+                           lr_mode(parent.recipe, cfg))
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path
