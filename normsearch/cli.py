@@ -261,16 +261,20 @@ def _run_workers(recipe: Path, extra: list[str], r, devices: Optional[str], jobs
     names = [w.name for w in workers]
     with WorkersView(r.name, names) as view:
         codes = run_workers(recipe, extra, workers, url, verbose, view, sigterm=lambda: interrupted_code() == 143)
-    if any(c in (130, 143) for c in codes):
-        typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
-                   err=True)
-        raise typer.Exit(interrupted_code())
-    if any(codes):
-        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
-                              f"{codes}); their errors are above; finished trials are kept")
+    _workers_ended(codes, names, "trials", f"study {r.name!r}")
     handle = open_results(None, url, r.name)
     _print_report(handle, r.folder, DEFAULT_AGAINST)
     return True
+
+
+def _workers_ended(codes: list[int], names: list[str], kept: str, what: str) -> None:
+    """After local workers: exit as interrupted when they were, one error line when any failed."""
+    if any(c in (130, 143) for c in codes):
+        typer.echo(f"interrupted: finished {kept} are kept; run the same command to resume {what}", err=True)
+        raise typer.Exit(interrupted_code())
+    if any(codes):
+        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
+                              f"{codes}); their errors are above; finished {kept} are kept")
 
 
 @app.command()
@@ -359,12 +363,7 @@ def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool
     with WorkersView(f"{parent.recipe.name}/confirm", names) as view:
         codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
                             sigterm=lambda: interrupted_code() == 143, command="confirm")
-    if any(c in (130, 143) for c in codes):
-        typer.echo("interrupted: finished runs are kept; run the same command to resume the confirmation", err=True)
-        raise typer.Exit(interrupted_code())
-    if any(codes):
-        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
-                              f"{codes}); their errors are above; finished runs are kept")
+    _workers_ended(codes, names, "runs", "the confirmation")
     _print_report(parent, parent.folder, DEFAULT_AGAINST)
     return True
 
@@ -485,12 +484,7 @@ def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
     with WorkersView(f"{parent.recipe.name}/ladder", names) as view:
         codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
                             sigterm=lambda: interrupted_code() == 143, command="ladder")
-    if any(c in (130, 143) for c in codes):
-        typer.echo("interrupted: finished runs are kept; run the same command to resume the ladder", err=True)
-        raise typer.Exit(interrupted_code())
-    if any(codes):
-        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
-                              f"{codes}); their errors are above; finished runs are kept")
+    _workers_ended(codes, names, "runs", "the ladder")
 
 
 @app.command(context_settings=OVERRIDES)

@@ -122,24 +122,29 @@ class Search:
                             "the space may hold fewer than search.trials distinct architectures")
                 return
             trial = retry(self.study.ask, "ask for a trial")
-            try:
-                outcome = self.evaluate(trial)
-                errors = 0
-            except KeyboardInterrupt as e:
-                self._fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
-                           retry_it=True)
-                raise StudyInterrupted() from None
-            except NormsearchError:
-                self._fail(trial, "stopped by an error", retry_it=True)
+            outcome, errors = self.attempt(trial, errors)
+            if outcome is not None:
+                proposals_without_news = proposals_without_news + 1 if outcome == "reused" else 0
+
+    def attempt(self, trial, errors: int) -> tuple[str | None, int]:
+        """:meth:`evaluate` one trial. Ctrl-C (or SIGTERM) and a NormsearchError mark it for a rerun and
+        stop the worker; any other error marks it failed and is counted, the third in a row raised.
+        Returns (the outcome, or None after an error; the errors in a row)."""
+        try:
+            return self.evaluate(trial), 0
+        except KeyboardInterrupt as e:
+            self._fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
+                       retry_it=True)
+            raise StudyInterrupted() from None
+        except NormsearchError:
+            self._fail(trial, "stopped by an error", retry_it=True)
+            raise
+        except Exception as e:
+            self._fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
+            log.error("trial %d failed: %s: %s", trial.number, type(e).__name__, e)
+            if errors + 1 >= 3:
                 raise
-            except Exception as e:
-                self._fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
-                errors += 1
-                log.error("trial %d failed: %s: %s", trial.number, type(e).__name__, e)
-                if errors >= 3:
-                    raise
-                continue
-            proposals_without_news = proposals_without_news + 1 if outcome == "reused" else 0
+            return None, errors + 1
 
     def _fail(self, trial, why: str, retry_it: bool):
         from optuna.trial import TrialState

@@ -17,12 +17,11 @@ through the same list. Racing (``search.racing``) adds tasks of one seed each, r
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..errors import NormsearchError, Terminated
+from ..errors import NormsearchError
 from ..recipe import Recipe
 from ..records import A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, ArchRecord, run_key
 from ..spec import Placement
@@ -30,10 +29,9 @@ from ..storage import open_storage, retry
 from . import _optuna
 from ._disk import write_json
 from ._liveness import Heartbeat, reap_dead_trials
-from ._loop import Search, StudyInterrupted, _set_attrs
+from ._loop import Search, _set_attrs
 from ._open import StudyHandle
 
-log = logging.getLogger("normsearch")
 
 A_STAGE = "stage"  # a stage study's attribute: kind, settings and its entries
 A_ROUND = "racing_round_"  # + n: one round of racing (what it saw and what it added)
@@ -238,22 +236,7 @@ class StageSearch(Search):
                     time.sleep(min(0.5 if self.shares_runs() else 2.0, s.heartbeat))
                 continue
             trial = retry(self.study.ask, "ask for a task")
-            try:
-                self.evaluate(trial)
-                errors = 0
-            except KeyboardInterrupt as e:
-                self._fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
-                           retry_it=True)
-                raise StudyInterrupted() from None
-            except NormsearchError:
-                self._fail(trial, "stopped by an error", retry_it=True)
-                raise
-            except Exception as e:
-                self._fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
-                errors += 1
-                log.error("task %d failed: %s: %s", trial.number, type(e).__name__, e)
-                if errors >= 3:
-                    raise
+            _, errors = self.attempt(trial, errors)
 
     def evaluate(self, trial) -> str:
         from optuna.trial import TrialState
