@@ -1,10 +1,39 @@
 import os
+import signal
+import subprocess
 import tempfile
 
 import pytest
 
 # Tests never write to the user's cache: one fresh cache folder per test session.
 os.environ["NORMSEARCH_CACHE"] = tempfile.mkdtemp(prefix="normsearch-test-cache-")
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(monkeypatch):
+    """Every process a test starts (itself, or through the code under test) is gone when the test ends:
+    one still running then (a test that failed or timed out before it waited) is killed with its process
+    group, so that it cannot hold the machine, a port or a lock for the tests after it."""
+    started = []
+
+    class Tracked(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(subprocess, "Popen", Tracked)
+    yield
+    for proc in started:
+        if proc.poll() is not None:
+            continue
+        try:
+            if os.getpgid(proc.pid) == proc.pid:  # a session of its own (start_new_session): its workers too
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
