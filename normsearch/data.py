@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -179,13 +180,18 @@ class Tokens:
         """Bits per byte that a model which learned only the train split's token frequencies scores on
         the validation windows (``context_length``, ``n_windows``: the ones every run is scored on;
         without them, the whole validation split): a run that ends near this stalled."""
-        counts = np.bincount(np.asarray(self.train, dtype=np.int64), minlength=self.vocab_size) + 1.0  # add-one
-        log_p = np.log2(counts / counts.sum())
         if context_length is not None and n_windows is not None:
             targets = self.val_windows(context_length, n_windows)[:, 1:].ravel()
         else:
             targets = np.asarray(self.val, dtype=np.int64)
-        return float(-log_p[targets].mean()) / self.bytes_per_token
+        return float(-self._unigram_log2p[targets].mean()) / self.bytes_per_token
+
+    @functools.cached_property
+    def _unigram_log2p(self) -> np.ndarray:
+        """log2 of the train split's token frequencies (add-one), computed once per Tokens: every
+        run of a worker scores its stall reference against it."""
+        counts = np.bincount(np.asarray(self.train, dtype=np.int64), minlength=self.vocab_size) + 1.0
+        return np.log2(counts / counts.sum())
 
     def val_windows(self, context_length: int, n: int) -> np.ndarray:
         """``n`` fixed windows of ``context_length + 1`` tokens, evenly spaced over the validation
@@ -231,9 +237,7 @@ class Tokens:
 
     def unigram_bpb_on(self, windows: np.ndarray) -> float:
         """:meth:`unigram_bpb` on given windows (their targets)."""
-        counts = np.bincount(np.asarray(self.train, dtype=np.int64), minlength=self.vocab_size) + 1.0
-        log_p = np.log2(counts / counts.sum())
-        return float(-log_p[windows[:, 1:].ravel()].mean()) / self.bytes_per_token
+        return float(-self._unigram_log2p[windows[:, 1:].ravel()].mean()) / self.bytes_per_token
 
     def train_batches(self, context_length: int, batch_size: int, seed: int):
         """An endless stream of (x, y) windows from the train split; the seed fixes the order."""
