@@ -148,7 +148,7 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     files = {"csv": "ranking.csv", "json": "ranking.json"}
     write_csv(ranking, out_dir / files["csv"])
     data = ranking_json(ranking, effects, importance, written)
-    confirmed = _confirmation(handle_or_study, out_dir, against, overwrite)
+    confirmed = _confirmation(handle_or_study, ranking, out_dir, against)
     if confirmed is not None:
         data["confirmed"] = {"report": "confirm/report.md", "racing": confirmed[2],
                              "rows": [_clean(r.to_dict()) for r in confirmed[0].ranked]}
@@ -158,9 +158,9 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     return ranking
 
 
-def _confirmation(handle, out_dir: Path, against, overwrite: bool):
-    """The confirmation stage of a search, when it has one: its own report written into
-    ``out_dir/confirm``, and (its ranking, the headline lines, the racing summary)."""
+def _confirmation(handle, search: Ranking, out_dir: Path, against):
+    """The confirmation stage of a search (whose ranking is ``search``), when it has one: its own
+    report written into ``out_dir/confirm``, and (its ranking, the headline lines, the racing summary)."""
     from ..search import StudyHandle
     from ..search._confirm import confirm_handle
     from ._confirmed import confirmed_lines, racing_summary
@@ -173,7 +173,6 @@ def _confirmation(handle, out_dir: Path, against, overwrite: bool):
         return None
     if stage is None:
         return None
-    search = rank(handle, against=against)
     confirmed = write_report(stage, out_dir / "confirm", against=against, overwrite=True)
     attrs = dict(stage.study.user_attrs)
     seeds = (attrs.get("stage") or {}).get("seeds") or []
