@@ -241,19 +241,16 @@ def _run_workers(recipe: Path, extra: list[str], r, devices: Optional[str], jobs
                  verbose: bool) -> bool:
     """Several worker processes on one study (--jobs, one or more per GPU with --devices), their
     progress shown together; then the report. False when one worker in this process will do."""
-    import torch
-
     from .progress import WorkersView
     from .ranking import DEFAULT_AGAINST
     from .search import open_results
-    from .search._workers import device_groups, plan_workers, run_workers
+    from .search._workers import cuda_devices, device_groups, plan_workers, run_workers, uses_gpu
 
     groups = device_groups(devices, r.train.devices) if devices is not None else None
-    gpu = bool(torch.cuda.device_count()) and r.train.device != "cpu"
-    workers = plan_workers(jobs, r, groups, gpu)
+    workers = plan_workers(jobs, r, groups, uses_gpu(r))
     if groups is None and len(workers) == 1:
         return False
-    if groups is not None and not torch.cuda.device_count():
+    if groups is not None and not cuda_devices():
         typer.echo(f"warning: no CUDA device here: {len(workers)} workers run on the CPU", err=True)
     from .search import open_study
 
@@ -345,14 +342,12 @@ def confirm(
 
 def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool:
     """``confirm --jobs N``: the stage is created here (its list fixed once), then N workers train it."""
-    import torch
-
     from .progress import WorkersView
     from .ranking import DEFAULT_AGAINST
     from .stages.confirm import open_confirm
-    from .search._workers import plan_workers, run_workers
+    from .search._workers import plan_workers, run_workers, uses_gpu
 
-    workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))
+    workers = plan_workers(jobs, parent.recipe, None, uses_gpu(parent.recipe))
     if len(workers) == 1:
         return False
     open_confirm(parent, cfg, race)
@@ -457,14 +452,12 @@ def ladder(
 
 def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
     """``ladder --jobs N``: the rungs are created here (their lists fixed once), then N workers train them."""
-    import torch
-
     from .progress import WorkersView
     from .recipe import to_mapping
     from .stages.ladder import open_rungs, run_ladder
-    from .search._workers import plan_workers, run_workers
+    from .search._workers import plan_workers, run_workers, uses_gpu
 
-    workers = plan_workers(jobs, parent.recipe, None, bool(torch.cuda.device_count()))
+    workers = plan_workers(jobs, parent.recipe, None, uses_gpu(parent.recipe))
     if len(workers) == 1:
         from .progress import RunBar
 

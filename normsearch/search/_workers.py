@@ -85,10 +85,27 @@ def plan_workers(jobs: int | str, recipe: Recipe, groups: list[list[int]] | None
     return out
 
 
-def device_groups(devices: str, per_worker: int) -> list[list[int]]:
-    """``"0,1,2,3"`` with ``train.devices: 2`` -> ``[[0, 1], [2, 3]]``; checked against this machine."""
+#: device nodes that a CUDA (or ROCm) GPU's driver creates; with none of them there is no GPU to count
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+
+
+def cuda_devices() -> int:
+    """The CUDA devices torch sees, without importing torch (2 s before the first worker starts) on a
+    machine with no GPU driver at all."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1") or not any(map(os.path.exists, GPU_NODES)):
+        return 0
     import torch
 
+    return torch.cuda.device_count()
+
+
+def uses_gpu(recipe: Recipe) -> bool:
+    """Whether the recipe's runs train on this machine's GPUs."""
+    return recipe.train.device != "cpu" and bool(cuda_devices())
+
+
+def device_groups(devices: str, per_worker: int) -> list[list[int]]:
+    """``"0,1,2,3"`` with ``train.devices: 2`` -> ``[[0, 1], [2, 3]]``; checked against this machine."""
     try:
         ids = [int(x) for x in devices.split(",") if x.strip()]
     except ValueError:
@@ -96,7 +113,7 @@ def device_groups(devices: str, per_worker: int) -> list[list[int]]:
     if not ids or len(ids) % per_worker:
         raise NormsearchError(f"--devices {devices}: {len(ids)} GPUs do not split into workers of "
                               f"train.devices={per_worker}")
-    available = torch.cuda.device_count()
+    available = cuda_devices()
     if available and max(ids) >= available:
         raise NormsearchError(f"--devices {devices}: this machine has {available} CUDA devices (0..{available - 1})")
     return [ids[i:i + per_worker] for i in range(0, len(ids), per_worker)]
