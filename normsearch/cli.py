@@ -302,6 +302,7 @@ def confirm(
 
     from .recipe import ConfirmConfig, RacingConfig
 
+    at_least(0, racing=racing)
     url = read_only(study, storage)
     stop_on_sigterm()
     _setup_logging(verbose)

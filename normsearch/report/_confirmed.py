@@ -63,28 +63,57 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
     for a in confirmed.against:
         if a not in confirmed.missing_against:
             lines.append(f"- Confirmed, against `{a}`: " + verdict_line(confirmed, a))
-    best, first = confirmed.ranked[0], search.ranked[0] if search.ranked else None
-    if first is not None:
-        if best.label == first.label:
-            lines.append(f"- The search's first, **{first.label}**, is also first on fresh seeds and the test split.")
-        else:
-            lines.append(f"- The search's first, **{first.label}**, is not first on fresh seeds and the test split: "
-                         f"**{best.label}** is (P(best) {num(best.p_best, '{:.2f}')}). A search winner that does not "
-                         f"confirm was partly chosen by the noise of the seeds that chose it.")
+    lines += _first_lines(search, confirmed, info)
     se = [x.test_se for x in runs if x.test_se is not None]
-    sigma = confirmed.judgement.sigma
+    sds = [statistics.stdev(r.seeds.values()) for r in confirmed.ranked if len(r.seeds) > 1]
     if se:
         med = statistics.median(se)
-        vs = (f", against a seed-to-seed SD of {sigma:.4f} {UNIT} (the evaluation is "
-              f"{'small' if med < sigma / 2 else 'not small'} against seed noise)" if sigma else "")
+        vs = ""
+        if sds:
+            sd = statistics.median(sds)
+            vs = (f", against a seed-to-seed SD of {sd:.4f} {UNIT} (the median over the architectures of each one's "
+                  f"own SD: the evaluation is {'small' if med < sd / 2 else 'not small'} against seed noise)")
         lines.append(f"- **Evaluation noise**: the test split's own standard error (a bootstrap over its windows) is "
                      f"{med:.4f} {UNIT} per run (median){vs}.")
     race = racing_summary(stage_attrs, confirmed, len(seeds))
     if race:
-        ratio = race["runs"] / race["fixed_design_runs"] if race["fixed_design_runs"] else float("nan")
+        stopped = race["stop"] or "it has not finished"
+        base = race["runs"] - race["extra_runs"]
+        unsettled = str(race["stop"]).startswith("budget")
         lines.append(f"- **Racing** added {race['extra_runs']} run(s) over {race['rounds']} round(s) to the "
-                     f"architectures whose rank interval reached the leader's; it stopped because "
-                     f"{race['stop'] or 'it has not finished'}. It spent {race['runs']} runs where giving every "
-                     f"architecture the {race['max_seeds']} seeds the most-raced one got would have spent "
-                     f"{race['fixed_design_runs']} ({ratio:.2f} of that).")
+                     f"architectures whose rank interval reached the leader's; it stopped: {stopped}. Against the "
+                     f"fixed design it replaced ({len(seeds)} seeds each, {base} runs) it spent "
+                     f"{race['extra_runs'] / base if base else float('nan'):.0%} more; giving every architecture the "
+                     f"{race['max_seeds']} seeds the most-raced one got would have taken {race['fixed_design_runs']} "
+                     f"runs in all, against the {race['runs']} trained"
+                     + (", though racing ended on its budget with the contenders still overlapping, so that is not "
+                        "a saving at equal certainty." if unsettled else "."))
+        lines.append("- Racing chose where to add seeds from the results so far, so the seed counts above depend on "
+                     "the data; the intervals and p-values are not adjusted for that (docs/statistics.md, racing).")
     return lines + [""]
+
+
+def _first_lines(search: Ranking, confirmed: Ranking, info: dict[str, Any]) -> list[str]:
+    """What became of the search's first, and whether the confirmation is of the search as it stands."""
+    out = []
+    best, first = confirmed.ranked[0], search.ranked[0] if search.ranked else None
+    labels = {r.label for r in confirmed.rows}
+    if first is not None and first.label not in labels:
+        out.append(f"- The search's first, **{first.label}**, was not confirmed (it is not among the architectures "
+                   f"this confirmation trained).")
+    elif first is not None and best.label == first.label:
+        out.append(f"- The search's first, **{first.label}**, is also first on fresh seeds and the test split.")
+    elif first is not None:
+        out.append(f"- The search's first, **{first.label}**, is not first on fresh seeds and the test split: "
+                   f"**{best.label}** is (P(best) {num(best.p_best, '{:.2f}')}). A search winner that does not "
+                   f"confirm was partly chosen by the noise of the seeds that chose it.")
+    top = (info.get("settings") or {}).get("top")
+    trained = [e["arch_id"] for e in info.get("entries") or [] if not e.get("baseline")]
+    now = [r.arch_id for r in search.ranked if not r.is_baseline][:top] if top is not None else trained
+    if now != trained:
+        by_arch = {r.arch_id: r.label for r in search.rows}
+        out.append(f"- **The search has changed since this confirmation was made**: its top {top} found placements "
+                   f"are now {', '.join(by_arch.get(a, a) for a in now) or 'none'}, the confirmation trained "
+                   f"{', '.join(by_arch.get(a, a) for a in trained) or 'none'}. These verdicts are of the search as it "
+                   f"stood then.")
+    return out

@@ -9,6 +9,7 @@ from typing import Any
 from ..ranking import Ranking
 from ._analysis import Importance, SiteEffect, diagnostics_summary
 from ._columns import TABLE, kernels_text, num
+from ._plots import SEARCH_PLOTS, searched
 from ._verdicts import (comparisons_section, judgement_lines, learning_rate_lines, score_definition, search_lines,
                         summary_lines)
 
@@ -242,7 +243,7 @@ def _diagnostics_section(ranking: Ranking) -> list[str]:
     return lines + [""]
 
 
-def _plots_section(plots: dict[str, str], top: int) -> list[str]:
+def _plots_section(plots: dict[str, str], top: int, searched: bool = True) -> list[str]:
     lines = ["## Plots", ""]
     if not plots:
         return lines + ["No plot could be drawn (no finished runs).", ""]
@@ -251,7 +252,7 @@ def _plots_section(plots: dict[str, str], top: int) -> list[str]:
     for name, (title, caption) in PLOT_CAPTIONS.items():
         if name in plots:
             lines += [f"### {title}", "", caption, "", f"![{title}]({plots[name]})", ""]
-    missing = [PLOT_CAPTIONS[n][0] for n in PLOT_CAPTIONS if n not in plots]
+    missing = [PLOT_CAPTIONS[n][0] for n in PLOT_CAPTIONS if n not in plots and (searched or n not in SEARCH_PLOTS)]
     if missing:
         lines += ["Not drawn (no data for them): " + ", ".join(missing) + ".", ""]
     return lines
@@ -298,10 +299,11 @@ def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Imp
         lines += ["No architecture has finished yet: nothing to rank.", ""]
     else:
         lines += _table(ranking) + judgement_lines(ranking) + comparisons_section(ranking)
-        lines += learning_rate_lines(ranking) + search_lines(ranking)
-        lines += _sites_section(ranking, effects, importance)
+        lines += learning_rate_lines(ranking)
+        if searched(ranking):  # a stage retrains a fixed list: no sampler to judge, no space to read
+            lines += search_lines(ranking) + _sites_section(ranking, effects, importance)
         lines += _diagnostics_section(ranking)
-        lines += _plots_section(plots or {}, top)
+        lines += _plots_section(plots or {}, top, searched(ranking))
     lines += _problems(ranking)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -19,6 +19,13 @@ FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
 BASE_STYLE = {"linestyle": "--", "linewidth": 1.5}
 PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "search_value",
               "importance", "site_effects", "history")
+#: the plots of a search's sampler and space: a stage (a fixed list of architectures) has none of them
+SEARCH_PLOTS = ("search_value", "importance", "site_effects", "history")
+
+
+def searched(ranking) -> bool:
+    """Whether the ranked study searched a space (a stage retrains a fixed list: no sampler to judge)."""
+    return ranking.recipe is None or ranking.recipe.space is not None
 
 
 def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):
@@ -286,4 +293,6 @@ def all_figures(ranking, effects=(), importances: dict[str, float] | None = None
         "history": history(ranking.history),
         "search_value": search_value(ranking.judgement.search),
     }
+    if not searched(ranking):
+        figs = {k: v for k, v in figs.items() if k not in SEARCH_PLOTS}
     return {k: v for k, v in figs.items() if v is not None}

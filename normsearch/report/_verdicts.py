@@ -189,7 +189,21 @@ def learning_rate_lines(ranking: Ranking) -> list[str]:
                                              if r.lr_basin is not None else "")
         lines.append(f"| {_md(r.label)} | {num(r.best_lr, '{:g}')} | {fail} | "
                      f"{'; '.join(_lr_cell(p) for p in r.lr_points)} | {basin} |")
+    edge = [r for r in rows if at_sweep_edge(r)]
+    if edge:
+        lines += ["", "**At the edge of the sweep**: " + ", ".join(
+            f"`{r.label}` ({r.best_lr:g}, the {'highest' if r.best_lr == max(p.lr for p in r.lr_points) else 'lowest'}"
+            f" of {len(r.lr_points)} learning rates)" for r in edge)
+            + ": the best learning rate of these was the last one tried in its direction, so their optimum was not "
+              "bracketed and their loss is an upper bound of what a wider sweep would give (`train.lr: {low, high, "
+              "points, extend}` extends a sweep past an end that holds the best)."]
     return lines + [""]
+
+
+def at_sweep_edge(row: Row) -> bool:
+    """Whether the chosen learning rate is the lowest or highest of two or more that the row trained."""
+    lrs = [p.lr for p in row.lr_points]
+    return row.best_lr is not None and len(lrs) > 1 and row.best_lr in (min(lrs), max(lrs))
 
 
 def search_lines(ranking: Ranking) -> list[str]:

@@ -87,7 +87,8 @@ def status_text(handle) -> str:
     ]
     reused = sum(1 for t in trials if t.user_attrs.get(A_REUSED) is not None)
     if reused:
-        lines.append(f"  {reused} proposals repeated an evaluated architecture and reused its result")
+        lines.append(f"  {reused} proposal{'s' if reused > 1 else ''} repeated an evaluated architecture and reused "
+                     f"its result")
     for t in c.running:
         ua = t.user_attrs
         beat = ua.get(A_HEARTBEAT)

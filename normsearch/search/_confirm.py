@@ -4,25 +4,10 @@ split. Validation chose; the test split and seeds that chose nothing confirm."""
 
 from __future__ import annotations
 
-from ..errors import NormsearchError
 from ._open import StudyHandle
-from ._stages import find_stage, stage_recipe
+from ._stages import find_stage, search_finished, stage_recipe  # noqa: F401 (search_finished: its old home)
 
 KIND = "confirm"
-
-
-def search_finished(parent: StudyHandle) -> None:
-    """A NormsearchError unless the search has every architecture it asks for, none running."""
-    from ._census import census
-    from ._loop import Search
-
-    c = census(parent.study)
-    need = Search(parent).need(c)
-    if need > 0 or c.running:
-        raise NormsearchError(
-            f"the search of study {parent.recipe.name!r} is not finished ({need} architectures to go, "
-            f"{len(c.running)} running): a confirmation takes its top placements from the finished search; run "
-            f"`normsearch run` on it first")
 
 
 def confirm_recipe(parent, seeds: list[int], lrs: list[float]):

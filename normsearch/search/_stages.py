@@ -127,28 +127,55 @@ def stage_names(parent: StudyHandle) -> list[str]:
     return [s.study_name[len(prefix):] for s in summaries if s.study_name.startswith(prefix)]
 
 
+def search_finished(parent: StudyHandle) -> None:
+    """A NormsearchError unless the search has every architecture it asks for, none running: a stage
+    takes its architectures (and their learning rates) from the finished search."""
+    from ._census import census
+
+    c = census(parent.study)
+    need = Search(parent).need(c)
+    if need > 0 or c.running:
+        raise NormsearchError(
+            f"the search of study {parent.recipe.name!r} is not finished ({need} architectures to go, "
+            f"{len(c.running)} running): a stage takes its top placements from the finished search; run "
+            f"`normsearch run` on it first")
+
+
+def _settings_text(settings: dict) -> str:
+    return " ".join(f"{k} {v}" for k, v in settings.items())
+
+
 def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any") -> tuple[StudyHandle, Stage]:
     """Create or resume stage ``kind`` of a finished search. ``make()`` returns the Stage (entries,
-    recipe, seeds) when the stage is new; a stage that exists is resumed with its stored entries,
-    and only if ``settings`` are the ones it was created with."""
+    recipe, seeds). A new stage is created only once the search is finished and ``make()`` has
+    succeeded, so a refused stage leaves nothing behind. A stage that exists is resumed with its
+    stored entries, and only if ``settings`` are the ones it was created with (a setting a stage
+    stored before that setting existed is not compared)."""
     import optuna
 
-    store = open_storage(parent.storage_url)
-    name = stage_study_name(parent.recipe.name, kind)
-    study = retry(lambda: optuna.create_study(study_name=name, storage=store, direction="minimize",
-                                              load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0),
-                                              pruner=optuna.pruners.NopPruner()),
-                  "open the stage")
-    stage = make()
-    stored = study.user_attrs.get(A_STAGE)
+    existing = find_stage(parent, kind)
+    stored = retry(lambda: existing.user_attrs.get(A_STAGE), "read the stage") if existing is not None else None
     if stored is None:
+        search_finished(parent)
+    else:
+        was = stored.get("settings") or {}
+        if any(k in was and was[k] != v for k, v in settings.items()):
+            raise NormsearchError(f"the {kind} stage of study {parent.recipe.name!r} was started with "
+                                  f"{_settings_text(was)}; run it again with those settings to resume it (it was "
+                                  f"given {_settings_text({k: v for k, v in settings.items() if k in was})})")
+    stage = make()
+    if stored is None:
+        store = open_storage(parent.storage_url)
+        name = stage_study_name(parent.recipe.name, kind)
+        study = retry(lambda: optuna.create_study(study_name=name, storage=store, direction="minimize",
+                                                  load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0),
+                                                  pruner=optuna.pruners.NopPruner()),
+                      "open the stage")
+        # two workers creating the stage at once store the same definition (make() is deterministic)
         retry(lambda: study.set_user_attr(A_STAGE, {"kind": kind, "settings": settings, "seeds": stage.seeds,
                                                      "entries": [asdict(e) for e in stage.entries]}), "save the stage")
     else:
-        if stored.get("settings") != settings:
-            was = " ".join(f"{k} {v}" for k, v in (stored.get("settings") or {}).items())
-            raise NormsearchError(f"the {kind} stage of study {parent.recipe.name!r} was started with {was}; run it "
-                                  f"again with those settings to resume it")
+        study = existing
         stage.entries = [Entry(**{**e, "search_ci": tuple(e.get("search_ci") or (None, None))})
                          for e in stored["entries"]]
         stage.seeds = list(stored["seeds"])
@@ -223,7 +250,7 @@ class StageSearch(Search):
                 self.display.study(len(set(tasks) & set(done)), len(tasks), self.stage.kind)
             missing = [k for k in tasks if k not in done]
             if not missing and not running:
-                if self.race(tasks, done):
+                if self.race(done):
                     self.enqueue_baselines()
                     continue
                 return
@@ -284,21 +311,35 @@ class StageSearch(Search):
 
     # -- racing ------------------------------------------------------------------------------------
 
-    def race(self, tasks: dict[str, Task], done: dict) -> bool:
+    def race(self, done: dict) -> bool:
         """One round of racing, when the stage races and has not stopped: seeds for the contenders.
-        True when it added tasks."""
+        True when there are tasks to train (this round's, or one another worker decided meanwhile).
+
+        Workers that finish the last task of a round at once may both decide the next round: the
+        stage's rounds are read again before deciding and before storing, and a round (or the end)
+        that another worker stored first is adopted, never overwritten."""
         racing = self.stage.racing
-        ua = retry(lambda: dict(self.study.user_attrs), "read the stage")
-        if racing is None or self.stage.decide is None or ua.get(A_RACE_END):
+        if racing is None or self.stage.decide is None or self._race_ended():
             return False
-        decision = self.stage.decide(self.handle, self.stage, racing)
+        self.stage.rounds = _rounds(self.study)
+        if any(key not in done for key in self.tasks()):  # another worker added a round since this one looked
+            return True
         n = len(self.stage.rounds)
+        decision = self.stage.decide(self.handle, self.stage, racing)
+        if self._race_ended():
+            return False
+        if len(_rounds(self.study)) > n:  # another worker stored round n first: train that one
+            self.stage.rounds = _rounds(self.study)
+            return True
         if decision.get("stop"):
             retry(lambda: self.study.set_user_attr(A_RACE_END, decision), "store the end of racing")
             return False
         retry(lambda: self.study.set_user_attr(f"{A_ROUND}{n}", decision), "store a round of racing")
         self.stage.rounds = _rounds(self.study)
         return True
+
+    def _race_ended(self) -> bool:
+        return bool(retry(lambda: self.study.user_attrs.get(A_RACE_END), "read the stage"))
 
 
 def stage_status(parent: StudyHandle) -> list[str]:

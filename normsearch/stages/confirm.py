@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from ..errors import NormsearchError
 from ..recipe import ConfirmConfig
-from ..search._confirm import KIND, confirm_recipe, search_finished
+from ..search._confirm import KIND, confirm_recipe
 from ..search._open import StudyHandle
-from ..search._stages import Entry, Stage, StageSearch, find_stage, open_stage
+from ..search._stages import Entry, Stage, StageSearch, open_stage
 from .racing import racing_round
 
 
@@ -42,13 +42,12 @@ def entries(parent: StudyHandle, cfg: ConfirmConfig) -> list[Entry]:
 def open_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None) -> tuple[StudyHandle, Stage]:
     bases = cfg.baselines if cfg.baselines is not None else list(parent.recipe.search.baselines)
     settings = {"top": cfg.top, "seeds": cfg.seeds, "baselines": list(bases), "test_bytes": cfg.test_bytes,
-                "first_seed": cfg.first_seed}
+                "first_seed": cfg.first_seed, "racing_budget": racing.budget if racing else 0,
+                "racing_p_best": racing.p_best if racing else None}
     overlap = set(cfg.seed_list(racing.budget if racing else 0)) & set(parent.recipe.train.seeds)
     if overlap:
         raise NormsearchError(f"confirmation seeds {sorted(overlap)} were search seeds; give a --first-seed above "
                               f"{max(parent.recipe.train.seeds)}")
-    if find_stage(parent, KIND) is None:
-        search_finished(parent)
 
     def make() -> Stage:
         found = entries(parent, cfg)

@@ -10,7 +10,8 @@ def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:
     """What racing does next, from the stage's ranking: stop (why), or the seeds it adds. The
     contenders are the architectures whose 95% rank interval reaches the leader's; each gets its next
     fresh seed (the leader too: separating needs both sides), in order of P(best), as far as the
-    budget allows."""
+    budget allows. A round needs at least two runs (the leader and its closest challenger): with one
+    run of the budget left, racing stops."""
     from ..ranking import rank
 
     spent = sum(len(r.get("added", [])) for r in stage.rounds)
@@ -29,8 +30,9 @@ def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:
     if len(contenders) <= 1:
         return {**info, "stop": f"separated: no rank interval reaches {leader.label}'s"}
     left = racing.budget - spent
-    if left <= 0:
-        return {**info, "stop": f"budget spent ({racing.budget} extra runs)"}
+    if left < 2:
+        rest = f"; the {left} run left cannot add a seed to both the leader and a challenger" if left > 0 else ""
+        return {**info, "stop": f"budget spent ({spent} of {racing.budget} extra runs{rest})"}
     contenders.sort(key=lambda r: -(r.p_best or 0.0))
     seeds_of: dict[str, int] = {}
     for t in stage.tasks():

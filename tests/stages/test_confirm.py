@@ -127,20 +127,30 @@ def _cli(*args):
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """A finished tiny search (two baselines, one found placement), not yet confirmed."""
+    """A finished tiny search (two baselines, one found placement) over two learning rates, not yet
+    confirmed."""
     folder = tmp_path_factory.mktemp("confirm")
     recipe = write_tiny_recipe(folder, "conf", steps=10, trials=1)
-    result = runner.invoke(app, ["run", str(recipe)])
+    result = runner.invoke(app, ["run", str(recipe), "--train.lr", "[1.0e-3, 1.0e-2]"])
     assert result.exit_code == 0, result.output
     return folder / "results" / "conf"
 
 
 def test_confirm_refuses_an_unfinished_search_and_a_study_that_is_not_there(searched, tmp_path):
+    from normsearch.search._stages import find_stage
+
     handle = open_results(searched)
+    # refused before anything is made: no empty stage is left that would skip the checks next time
+    result = runner.invoke(app, ["confirm", str(searched), "--baselines", "hybridnorm"])
+    assert result.exit_code == 2 and "were not evaluated by the search" in result.output, result.output
+    result = runner.invoke(app, ["confirm", str(searched), "--racing", "-3"])
+    assert result.exit_code == 2 and "--racing must be >= 0" in result.output, result.output
+    assert find_stage(handle, "confirm") is None
     trial = handle.study.ask()  # a trial in progress
     try:
         result = runner.invoke(app, ["confirm", str(searched)])
         assert result.exit_code == 2 and "not finished" in result.output, result.output
+        assert find_stage(handle, "confirm") is None
     finally:
         handle.study.tell(trial, state=__import__("optuna").trial.TrialState.FAIL)
     result = runner.invoke(app, ["confirm", str(tmp_path / "nothing")])
@@ -152,7 +162,9 @@ def test_confirm_retrains_the_top_and_the_baselines_on_fresh_seeds_and_resumes_a
     from normsearch.ranking import rank
 
     # the lr the search chose (tiny runs may all stall: then the sweep's point that failed least, its only one)
-    chosen = {r.label: r.best_lr or search.recipe.train.lr[0] for r in rank(search, against=[]).ranked}
+    chosen = {r.label: r.best_lr if r.best_lr is not None else min(r.lr_points, key=lambda q: (q.n_failed, q.mean or 9e9)).lr
+              for r in rank(search, against=[]).ranked}
+    assert len(search.recipe.train.lr) == 2  # a choice to make: the lr each trains at is the search's choice
     args = ["confirm", searched, "--top", "1", "--seeds", "2", "--jobs", "1"]
     p = _cli(*args)
     runs = searched / "confirm" / "runs"
@@ -190,9 +202,15 @@ def test_confirm_retrains_the_top_and_the_baselines_on_fresh_seeds_and_resumes_a
     assert len(open_results(searched).study.get_trials()) == len(search.study.get_trials())
     status = runner.invoke(app, ["status", str(searched)])
     assert status.exit_code == 0 and "stage confirm: 3 architectures, 3/3 tasks done" in status.output, status.output
-    # resuming with other settings is refused, with the settings it was started with
+    # resuming with other settings is refused, with the settings it was started with: racing's too
     result = runner.invoke(app, ["confirm", str(searched), "--top", "2", "--jobs", "1"])
     assert result.exit_code == 2 and "top 1" in result.output
+    result = runner.invoke(app, ["confirm", str(searched), "--top", "1", "--seeds", "2", "--racing", "4", "--jobs", "1"])
+    assert result.exit_code == 2 and "racing_budget 0" in result.output, result.output
+    # a stage retrains a fixed list: its report judges no sampler and reads no space
+    stage_report = (searched / "confirm" / "report.md").read_text()
+    assert "## Did the search help?" not in stage_report and "Which sites matter" not in stage_report
+    assert not {"search_value.png", "history.png", "importance.png"} & {p.name for p in (searched / "confirm").iterdir()}
 
 
 # -- racing -----------------------------------------------------------------------------------------
@@ -217,10 +235,91 @@ def test_racing_adds_a_seed_to_the_contenders_only_and_stops_for_its_three_reaso
     ranked(_row("a", 1, 1, 2, 0.6), _row("b", 2, 1, 3, 0.35), _row("c", 3, 3, 3, 0.05))
     d = racing_round(None, _stage(), race)
     assert d["contenders"] == ["a", "b"] and d["added"] == [["a", 1003], ["b", 1003]] and "stop" not in d
-    d = racing_round(None, _stage([d]), race)  # one run of the budget left
-    assert d["added"] == [["a", 1004]]
-    assert "budget" in racing_round(None, _stage([{"added": [1, 2, 3]}]), race)["stop"]
+    d = racing_round(None, _stage([d]), race)  # one run of the budget left: no round of the leader alone
+    assert "budget spent (2 of 3" in d["stop"] and "added" not in d
+    assert "budget spent (3 of 3" in racing_round(None, _stage([{"added": [1, 2, 3]}]), race)["stop"]
+    d = racing_round(None, _stage(), RacingConfig(budget=2, p_best=0.9))  # two left: the leader and a challenger
+    assert d["added"] == [["a", 1003], ["b", 1003]]
     ranked(_row("a", 1, 1, 1, 0.8), _row("b", 2, 2, 3, 0.15), _row("c", 3, 2, 3, 0.05))
     assert "separated" in racing_round(None, _stage(), race)["stop"]
     ranked(_row("a", 1, 1, 2, 0.93), _row("b", 2, 1, 3, 0.07))
     assert "P(best)" in racing_round(None, _stage(), race)["stop"]
+
+
+def test_a_quickstart_shaped_study_races_its_confirmation_end_to_end(tmp_path):
+    """search, confirmation and racing in one `normsearch run`, as the quickstart does: racing adds
+    rounds of at least two runs inside the stage, stores why it stopped, and the report says what racing
+    cost and that its seed counts depend on the data."""
+    recipe = write_tiny_recipe(tmp_path, "race", steps=30, trials=1)
+    text = recipe.read_text().replace("startup_trials: 2,", "startup_trials: 2, racing: {budget: 4, p_best: 0.99},")
+    recipe.write_text(text + CONFIRM)
+    result = runner.invoke(app, ["run", str(recipe), "--train.lr", "[1.0e-2]"])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "results" / "race"
+    stage = confirm_handle(open_results(folder))
+    attrs = stage.study.user_attrs
+    rounds = [v for k, v in sorted(attrs.items()) if k.startswith("racing_round_")]
+    added = [a for r in rounds for a in r["added"]]
+    assert attrs["racing_end"]["stop"] and len(added) <= 4 and all(len(r["added"]) >= 2 for r in rounds)
+    runs = [json.loads(p.read_text()) for p in (folder / "confirm" / "runs").glob("*/seed*.json")]
+    assert len(runs) == 3 * 2 + len(added)
+    assert {(label, seed) for label, seed in added} <= {(r["label"], r["seed"]) for r in runs}
+    assert added, "racing added no round (the three rank intervals of these 2-seed runs overlap)"
+    report = (folder / "report.md").read_text()
+    assert f"**Racing** added {len(added)} run(s) over {len(rounds)} round(s)" in report
+    assert "the intervals and p-values are not adjusted for that" in report
+    status = runner.invoke(app, ["status", str(folder)])
+    assert f"racing added {len(added)} runs" in status.output, status.output
+
+
+def _ranking(*rows):
+    return SimpleNamespace(ranked=[r for r in rows if r.rank is not None], rows=list(rows))
+
+
+def _r(label, arch, rank, baseline=False, seeds=None):
+    return SimpleNamespace(label=label, arch_id=arch, rank=rank, is_baseline=baseline, p_best=0.5,
+                           seeds=seeds or {})
+
+
+def test_the_headline_says_when_the_searchs_first_was_not_confirmed_or_the_search_has_moved_on():
+    from normsearch.report._confirmed import _first_lines
+
+    info = {"settings": {"top": 1}, "entries": [{"arch_id": "A", "baseline": None}, {"arch_id": "P", "baseline": "pre_ln"}]}
+    confirmed = _ranking(_r("t1", "A", 1), _r("pre_ln", "P", 2, True))
+    same = _ranking(_r("t1", "A", 1), _r("pre_ln", "P", 2, True))
+    assert _first_lines(same, confirmed, info) == ["- The search's first, **t1**, is also first on fresh seeds and the test "
+                                                   "split."]
+    # a baseline first in the search that the confirmation left out: not "not first", "not confirmed"
+    lines = _first_lines(_ranking(_r("peri_ln", "Q", 1, True), _r("t1", "A", 2)), confirmed, info)
+    assert lines == ["- The search's first, **peri_ln**, was not confirmed (it is not among the architectures this "
+                     "confirmation trained)."]
+    # the search grew after the confirmation: its top 1 is another placement now
+    moved = _ranking(_r("t9", "B", 1), _r("t1", "A", 2), _r("pre_ln", "P", 3, True))
+    lines = _first_lines(moved, confirmed, info)
+    assert any("The search has changed since this confirmation was made" in x and "are now t9" in x and "trained t1" in x
+               for x in lines)
+
+
+def test_a_racing_round_another_worker_stored_first_is_adopted_not_overwritten(tmp_path):
+    import optuna
+
+    from normsearch.search._stages import A_ROUND, StageSearch
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    stage = _stage()
+    stage.racing = RacingConfig(budget=6, p_best=0.9)
+    theirs = {"added": [["a", 1003], ["c", 1003]]}
+
+    def decide(handle, st, racing):  # while this worker ranks, another stores round 0
+        study.set_user_attr(f"{A_ROUND}0", theirs)
+        return {"added": [["a", 1003], ["b", 1003]]}
+
+    stage.decide = decide
+    worker = StageSearch.__new__(StageSearch)
+    worker.study, worker.stage, worker.handle = study, stage, None
+    done = {t.key: None for t in stage.tasks()}
+    assert worker.race(done) is True
+    assert study.user_attrs[f"{A_ROUND}0"] == theirs and worker.stage.rounds == [theirs]
+    # round 0's tasks are not trained yet: a worker that looks now trains them instead of deciding round 1
+    stage.decide = lambda *a: pytest.fail("decided a round while the last one was untrained")
+    assert worker.race(done) is True
