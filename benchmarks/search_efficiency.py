@@ -21,7 +21,8 @@ against the table and count the compute each needs to reach the best (issue 16).
    mean (one standard error of a difference). For each, the analytic reference is random order
    (without repeats) after the same baselines.
 
-Writes ``<out>/table.json`` (the cache), ``<out>/replay.json`` and prints the table in Markdown.
+Writes ``<out>/table.json`` (the cache), ``<out>/replay.json``, ``<out>/search_efficiency.png`` and prints
+the table in Markdown, with each sampler's one-sided p-value against random order.
 """
 
 from __future__ import annotations
@@ -246,6 +247,34 @@ def random_order_cost(n: int, first: list[str], target: set[str]) -> float:
     return b + (n - b + 1) / (m + 1)
 
 
+def random_order_costs(n: int, first: list[str], target: set[str]) -> tuple[list[int], list[float]]:
+    """The distribution of the points evaluated until one of ``target`` is, with ``first`` evaluated
+    first and the rest in random order without repeats: (costs, their probabilities). With m targets
+    among the r = n - b points left, the first target is the k-th of them with probability
+    C(r - k, m - 1) / C(r, m)."""
+    for i, a in enumerate(first, 1):
+        if a in target:
+            return [i], [1.0]
+    b, m = len(first), len(target - set(first))
+    rest = n - b
+    total = math.comb(rest, m)
+    ks = list(range(1, rest - m + 2))
+    return [b + k for k in ks], [math.comb(rest - k, m - 1) / total for k in ks]
+
+
+def p_vs_random(n: int, first: list[str], target: set[str], fractions: list[float], draws: int = 200_000,
+                seed: int = 0) -> float:
+    """One-sided p-value that random order, over as many seeds, needs on average no more of the grid
+    than ``fractions`` did (a run that never reached the target counts as the whole grid, as in the
+    summary): the share of ``draws`` simulated sets of random-order runs whose mean is at most theirs."""
+    import numpy as np
+
+    costs, probs = random_order_costs(n, first, target)
+    rng = np.random.default_rng(seed)
+    sims = rng.choice(np.asarray(costs, dtype=np.float64) / n, p=np.asarray(probs), size=(draws, len(fractions)))
+    return float(((sims.mean(axis=1) <= np.mean(fractions) + 1e-12).sum() + 1) / (draws + 1))
+
+
 def replay(r, seed0: dict[str, float], sampler, goals: dict[str, set[str]], stall: int = 200) -> dict:
     """One sampler against the table: the points evaluated until each goal is reached (None: not
     reached before ``stall`` repeated proposals in a row), and the repeats."""
@@ -293,16 +322,25 @@ def replay_all(r, points: dict, seed0: dict[str, float], sigma: float, variants:
     return out
 
 
+def fractions(results: dict, variant: str, goal: str) -> list[float]:
+    """Per sampler seed, the fraction of the grid evaluated to reach ``goal`` (the whole grid when it
+    never did)."""
+    n = results["points"]
+    hits = [run["evaluated"][goal] for run in results["variants"][variant]["runs"]]
+    return [(c if c is not None else n) / n for c in hits]
+
+
 def summary(results: dict, variant: str, goal: str) -> dict:
     """Median, mean and range of the fraction of the grid evaluated to reach ``goal``; a run that
-    never reached it counts as the whole grid (and is counted in ``missed``)."""
-    n = results["points"]
-    costs = [run["evaluated"][goal] for run in results["variants"][variant]["runs"]]
-    fr = sorted((c if c is not None else n) / n for c in costs)
+    never reached it counts as the whole grid (and is counted in ``missed``); ``p``: the one-sided
+    p-value against random order (:func:`p_vs_random`)."""
+    fr = sorted(fractions(results, variant, goal))
     mid = len(fr) // 2
     median = fr[mid] if len(fr) % 2 else (fr[mid - 1] + fr[mid]) / 2
-    return {"median": median, "mean": sum(fr) / len(fr), "min": fr[0], "max": fr[-1],
-            "missed": sum(c is None for c in costs), "seeds": len(fr)}
+    missed = sum(run["evaluated"][goal] is None for run in results["variants"][variant]["runs"])
+    p = p_vs_random(results["points"], results["baselines"], set(results["targets"][goal]), fr)
+    return {"median": median, "mean": sum(fr) / len(fr), "min": fr[0], "max": fr[-1], "missed": missed,
+            "seeds": len(fr), "p": p}
 
 
 def report(results: dict) -> str:
@@ -311,7 +349,8 @@ def report(results: dict) -> str:
              + ", ".join(f"{k} ({len(results['targets'][k])} points)" for k in goals), "",
              "Fraction of the grid evaluated (baselines included) to reach each target: median [min, max] over "
              "sampler seeds; mean/random is the mean against random order's expectation (below 1: better than "
-             "chance).", "",
+             "chance), with p, the one-sided probability that random order over as many seeds does as well on "
+             "average (exact distribution of random order, simulated).", "",
              "| sampler | seeds | " + " | ".join(f"{k}: median [range] | {k}: mean/random" for k in goals)
              + " | repeats (mean) |",
              "|---|---|" + "---|---|" * len(goals) + "---|"]
@@ -323,10 +362,40 @@ def report(results: dict) -> str:
             s = summary(results, v, k)
             miss = f", {s['missed']} missed" if s["missed"] else ""
             cells.append(f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}{miss}] | "
-                         f"{s['mean'] / results['random_order'][k]:.2f}")
+                         f"{s['mean'] / results['random_order'][k]:.2f} (p {s['p']:.2g})")
         reps = sum(run["repeats"] for run in data["runs"]) / len(data["runs"])
         lines.append(f"| {v} | {s['seeds']} | " + " | ".join(cells) + f" | {reps:.0f} |")
     return "\n".join(lines)
+
+
+def plot(results: dict, path: Path, goals: tuple[str, ...] = ("best", "mean")) -> Path:
+    """One panel per target: each sampler seed's fraction of the grid (dots), their mean (a bar), and
+    random order's expectation (a dashed line)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    goals = tuple(g for g in goals if g in results["targets"])
+    fig = Figure(figsize=(5.0 * len(goals), 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    variants = list(results["variants"])
+    for i, goal in enumerate(goals):
+        ax = fig.add_subplot(1, len(goals), i + 1)
+        for j, v in enumerate(variants):
+            fr = fractions(results, v, goal)
+            ax.scatter([j + (k - len(fr) / 2) * 0.03 for k in range(len(fr))], fr, s=12, color=f"C{j}", alpha=0.7)
+            ax.hlines(sum(fr) / len(fr), j - 0.3, j + 0.3, color=f"C{j}", linewidth=2.5)
+        ax.axhline(results["random_order"][goal], color="k", linestyle="--", linewidth=1,
+                   label="random order (expected)")
+        ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("fraction of the grid evaluated")
+        ax.set_title(f"to reach `{goal}` ({len(results['targets'][goal])} point(s)): dots are sampler seeds, "
+                     f"bars their mean", fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"Compute to find the best of {results['points']} networks (lower is better)", fontsize=10)
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def main(argv=None) -> int:
@@ -366,6 +435,7 @@ def main(argv=None) -> int:
     results["wall_seconds_training"] = table["wall_seconds"]
     results["top"] = means
     (out / "replay.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "search_efficiency.png")
     print(report(results))
     return 0
 

@@ -22,6 +22,18 @@ def test_random_order_cost_is_the_brute_force_expectation():
         costs.append(next(i for i, a in enumerate(order, 1) if a in target))
     assert se.random_order_cost(n, first, target) == pytest.approx(sum(costs) / len(costs))
     assert se.random_order_cost(n, ["x", "c"], target) == 2.0  # a baseline is a target
+    values, probs = se.random_order_costs(n, first, target)  # the whole distribution, not only its mean
+    assert sum(probs) == pytest.approx(1.0)
+    assert {v: p for v, p in zip(values, probs)} == pytest.approx(
+        {v: costs.count(v) / len(costs) for v in set(costs)})
+
+
+def test_the_p_value_against_random_order_is_small_only_for_a_search_that_beats_it():
+    n, first, target = 128, ["a", "b", "c"], {"t1", "t2", "t3", "t4"}
+    expected = se.random_order_cost(n, first, target) / n
+    assert se.p_vs_random(n, first, target, [expected] * 10) > 0.3  # as good as chance: no evidence
+    assert se.p_vs_random(n, first, target, [0.05] * 10) < 0.001  # 10 seeds all far ahead of chance
+    assert se.p_vs_random(n, first, target, [1.0] * 10) > 0.99  # never found it
 
 
 def fake_table(out: Path, steps: int) -> dict[str, float]:
@@ -55,7 +67,8 @@ def test_replay_on_a_fake_table(tmp_path, capsys):
             assert hit is None or 1 <= hit <= 128
             assert run["distinct"] <= 128
     out = capsys.readouterr().out
-    assert "| random order (expected) |" in out and "| tpe | 2 |" in out
+    assert "| random order (expected) |" in out and "| tpe | 2 |" in out and "(p " in out
+    assert (tmp_path / "search_efficiency.png").stat().st_size > 10_000
 
 
 def test_an_unknown_variant_is_refused(tmp_path):
