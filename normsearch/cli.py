@@ -522,7 +522,9 @@ def validate(
     lines.append(f"  baselines ({len(base)}): {', '.join(base)}")
     n = len(r.search.baselines) + r.search.trials
     lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
-                 f"pruner {r.search.pruner}, objective {r.search.objective}; {n * len(t.runs)} runs at most")
+                 f"pruner {r.search.pruner}, objective {r.search.objective}; at most {n * len(t.runs)} runs"
+                 + (f" and {n * t.lr_extend * len(t.seeds)} more where the sweep extends past an end"
+                    if t.lr_extend else ""))
     if r.confirm is not None:
         c = r.confirm
         k = c.top + len(c.baselines if c.baselines is not None else r.search.baselines)
