@@ -198,7 +198,7 @@ class LadderConfig:
     first_seed: int = 2000
     tokens_per_param: float | None = None  # training tokens per run = this x parameters; None: train.steps
     max_steps: int | None = None  # the cap on steps per run
-    lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under model.parametrization mup
+    lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under mup along width alone, else sweep
     lr_extend: int | None = None  # the sweep's extension at each rung (default: train.lr_extend)
     target: float | None = None  # extrapolate the order to this many parameters
 
