@@ -345,3 +345,27 @@ def test_the_learning_rate_transfers_under_mup_along_width_only_and_is_swept_oth
             lr_mode(mup, LadderConfig(rungs=rungs, lr="transfer"))
     with pytest.raises(NormsearchError, match="under standard parametrisation the best learning rate moves"):
         lr_mode(std, LadderConfig(rungs=cfg.rungs, lr="transfer"))
+
+
+def test_an_empty_baseline_list_means_no_baselines_for_the_entries_and_the_workers(searched, monkeypatch):
+    """`baselines: []` (or --baselines '') is no baseline, not "the search's": the entries hold the
+    found placements alone, and the workers are told --baselines '' (they read an empty list)."""
+    from types import SimpleNamespace
+
+    import normsearch.cli as cli
+    import normsearch.search._workers as workers
+    import normsearch.stages.ladder as ladder
+    from normsearch.stages.ladder import entries
+
+    parent = open_results(searched)
+    cfg = LadderConfig(rungs=[{"n_layers": 1}, {"n_layers": 2}, {"n_layers": 3}], top=1, baselines=[])
+    found = entries(parent, cfg, "sweep")
+    assert len(found) == 1 and found[0].baseline is None
+    seen = {}
+    monkeypatch.setattr(workers, "plan_workers", lambda *a, **k: [SimpleNamespace(name="w0"), SimpleNamespace(name="w1")])
+    monkeypatch.setattr(workers, "run_workers", lambda study, extra, *a, **k: seen.setdefault("extra", extra) and [0, 0])
+    monkeypatch.setattr(ladder, "open_rungs", lambda *a, **k: [])
+    monkeypatch.setattr(cli, "_workers_ended", lambda *a, **k: None)
+    cli._ladder_workers(str(searched), parent, cfg, 2, False)
+    extra = seen["extra"]
+    assert extra[extra.index("--baselines") + 1] == ""
