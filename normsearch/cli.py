@@ -378,14 +378,17 @@ def ladder(
     tokens_per_param: Optional[float] = typer.Option(None, help="Training tokens per run = this x parameters "
                                                      "(default: the search's steps at every rung)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on steps per run."),
-    lr: Optional[str] = typer.Option(None, help="auto | sweep | transfer (auto: transfer under muP)."),
+    lr: Optional[str] = typer.Option(None, help="auto | sweep | transfer (auto: transfer under muP when the rungs "
+                                     "vary the width alone, else sweep; transfer elsewhere is refused)."),
     lr_extend: Optional[int] = typer.Option(None, help="Points the sweep may add past an end that holds the best, "
                                             "per rung (default: train.lr_extend)."),
     target: Optional[float] = typer.Option(None, help="Extrapolate the order to this many parameters."),
-    out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png (default: "
-                                       "results/<name>/ladder)."),
+    out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png, and each "
+                                       "rung's report in OUT/ladder-<i>/ (default: results/<name>/ladder, the rungs' "
+                                       "reports in results/<name>/ladder-<i>/)."),
     report_only: bool = typer.Option(False, "--report-only", help="Write the report of the rungs so far; train "
-                                     "nothing."),
+                                     "nothing. The settings are the stored ladder's: any left out are read from "
+                                     "it, any given must match it."),
     storage: Optional[str] = typer.Option(None, help="Optuna storage URL of the study."),
     study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
     jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run)."),
@@ -397,37 +400,38 @@ def ladder(
     """Does the winner still win when the model grows? Retrain the search's top placements and the
     baselines at three or more sizes (rungs), tokens growing with parameters, on fresh seeds; report
     each rung's ranking, rank agreement across rungs, every reversal, and power-law fits. Part of the
-    same study: resumable, shared by workers, deduplicated by (architecture, rung)."""
+    same study: resumable, shared by workers, deduplicated by (architecture, rung). A ladder already
+    stored keeps its settings (those left out are read from it, those given must match it); --rungs
+    with the stored rungs and one more after them adds a rung."""
     from dataclasses import replace
 
     from . import _yaml
-    from .config import from_mapping
-    from .recipe import LadderConfig, to_mapping
 
     url = read_only(study, storage)
     stop_on_sigterm()
     _setup_logging(verbose)
     from .search import StudyInterrupted, open_results
-    from .stages.ladder import run_ladder, write_ladder_report
+    from .stages.ladder import plan_rungs, resolve_ladder, run_ladder, write_ladder_report
 
     parent = open_results(study, url, study_name)
-    base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
     given = {"top": top, "seeds": seeds, "first_seed": first_seed, "tokens_per_param": tokens_per_param,
              "max_steps": max_steps, "lr": lr, "target": target, "lr_extend": lr_extend}
-    settings = {**base, **{k: v for k, v in given.items() if v is not None}}
+    given = {k: v for k, v in given.items() if v is not None}
     if rungs is not None:
-        settings["rungs"] = _yaml.loads(rungs, "--rungs")
+        given["rungs"] = _yaml.loads(rungs, "--rungs")
+        if not isinstance(given["rungs"], list):
+            raise NormsearchError(f"--rungs must be a list of model overrides, smallest first, e.g. "
+                                  f"'[{{n_layers: 2}}, {{n_layers: 4}}, {{n_layers: 8}}]', not {rungs!r}")
     if baselines is not None:
-        settings["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
-    if not settings.get("rungs"):
-        raise NormsearchError("give the rungs: --rungs '[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' or a "
-                              "`ladder:` section with rungs in the recipe")
-    cfg = from_mapping(LadderConfig, settings, "ladder")
+        given["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
+    cfg = resolve_ladder(parent, given, report_only)
+    plan_rungs(parent.recipe, cfg)  # the rungs checked (and required) before anything trains
     if threads is not None:
         parent.recipe = replace(parent.recipe, train=replace(parent.recipe.train, threads=threads))
     from .ranking import DEFAULT_AGAINST
 
-    against = list(cfg.baselines or parent.recipe.search.baselines) or list(DEFAULT_AGAINST)
+    bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
+    against = list(bases) or list(DEFAULT_AGAINST)
     folder = out or parent.folder / "ladder"
     if not report_only:
         if progress_json is None and jobs != "1":
@@ -446,9 +450,9 @@ def ladder(
                            f"{parent.recipe.name!r}", err=True)
                 raise typer.Exit(interrupted_code()) from None
     if not progress_json:
-        path = write_ladder_report(parent, cfg, folder, against)
+        path = write_ladder_report(parent, cfg, folder, against, rungs_dir=out)
         typer.echo(f"ladder report: {path} (with ladder.json and ladder.png; each rung's report in "
-                   f"{parent.folder}/ladder-<i>/)")
+                   f"{out or parent.folder}/ladder-<i>/)")
 
 
 def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
@@ -467,9 +471,10 @@ def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
         return
     open_rungs(parent, cfg)
     d = to_mapping(cfg)
+    bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines  # [] is no baseline
     extra = ["--rungs", json.dumps(d["rungs"]), "--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed",
-             str(cfg.first_seed), "--baselines", ",".join(cfg.baselines or parent.recipe.search.baselines),
-             "--lr", cfg.lr, "--study-name", parent.study.study_name]
+             str(cfg.first_seed), "--baselines", ",".join(bases), "--lr", cfg.lr,
+             "--study-name", parent.study.study_name]
     for key, flag in (("tokens_per_param", "--tokens-per-param"), ("max_steps", "--max-steps"),
                       ("lr_extend", "--lr-extend")):
         if d[key] is not None:

@@ -189,21 +189,23 @@ class LadderConfig:
     """The scale ladder (``normsearch ladder``): the top placements and the baselines retrained at
     three or more model sizes, on fresh seeds, tokens growing with parameters."""
 
-    rungs: list[dict] = field(default_factory=list)  # model overrides, smallest first
+    # model overrides, smallest first; may be left to the command line (--rungs) or to the ladder already
+    # stored with the study, but the ladder needs them by the time it runs
+    rungs: list[dict] = field(default_factory=list)
     top: int = 2  # found placements, by the search's ranking
     baselines: list[str] | None = None  # default: search.baselines
     seeds: int = 2
     first_seed: int = 2000
     tokens_per_param: float | None = None  # training tokens per run = this x parameters; None: train.steps
     max_steps: int | None = None  # the cap on steps per run
-    lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under model.parametrization mup
+    lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under mup along width alone, else sweep
     lr_extend: int | None = None  # the sweep's extension at each rung (default: train.lr_extend)
     target: float | None = None  # extrapolate the order to this many parameters
 
     def __post_init__(self):
         from .baselines import BASELINES
 
-        if len(self.rungs) < 3:
+        if self.rungs and len(self.rungs) < 3:
             raise NormsearchError(f"ladder.rungs: give three or more rungs (model overrides, smallest first), not "
                                   f"{len(self.rungs)}")
         for i, rung in enumerate(self.rungs):
@@ -226,6 +228,22 @@ class LadderConfig:
         problem = seed_problem(self.first_seed, "ladder.first_seed")
         if problem:
             raise NormsearchError(problem)
+
+
+def ladder_config(data, section: str = "ladder") -> LadderConfig:
+    """A ``ladder:`` section (or the command line's settings) as a LadderConfig. ``rungs`` must be a list:
+    the typed-config reader would take a single mapping for a list of one, and a ladder of one rung
+    is never what was meant."""
+    rungs = data.get("rungs") if isinstance(data, dict) else None
+    if rungs is not None and not isinstance(rungs, list):
+        raise NormsearchError(f"{_yaml.where(data, 'rungs')}{section}.rungs must be a list of model overrides, "
+                              f"smallest first, e.g. [{{n_layers: 2}}, {{n_layers: 4}}, {{n_layers: 8}}], not "
+                              f"{rungs!r}")
+    for i, rung in enumerate(rungs or []):
+        problem = rung_problem(i, rung)
+        if problem:
+            raise NormsearchError(f"{_yaml.where(data, 'rungs')}{problem}")
+    return from_mapping(LadderConfig, data, section)
 
 
 @dataclass(frozen=True)
@@ -487,7 +505,7 @@ def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = N
     if confirm is not None and set(confirm.seed_list(search.racing.budget if search.racing else 0)) & set(train.seeds):
         raise NormsearchError(f"confirm.first_seed {confirm.first_seed}: the confirmation's seeds must be fresh, not "
                               f"train.seeds {train.seeds}; raise confirm.first_seed")
-    ladder = from_mapping(LadderConfig, raw["ladder"], "ladder") if raw.get("ladder") is not None else None
+    ladder = ladder_config(raw["ladder"]) if raw.get("ladder") is not None else None
     recipe = Recipe(name, model, data, train, space, search, storage, results_dir, source, report=report,
                     confirm=confirm, ladder=ladder)
     return replace(recipe, raw=recipe.to_dict())

@@ -142,7 +142,8 @@ def test_mup_at_the_base_width_is_standard_exactly(extra, one_thread):
 
 
 # --------------------------------------------------------------------------------------------------
-# The coordinate check (Yang et al. 2022, Fig. 5): activations after a few Adam steps
+# The coordinate check (Yang et al. 2022, Fig. 5): activations after a few Adam steps, and how much
+# those steps changed them
 
 
 def _coordinates(parametrization: str, width: int, steps: int = 4, lr: float = 3e-3) -> tuple[float, float]:
@@ -165,8 +166,9 @@ def _coordinates(parametrization: str, width: int, steps: int = 4, lr: float = 3
 
 
 def test_coordinate_check(one_thread):
-    """Under mup the logits and the residual stream stay O(1) from width 64 to 256 (within a factor
-    of 2 either way); under standard both grow with the width, the stream many times over."""
+    """The sizes after training: under mup the logits and the residual stream stay O(1) from width 64
+    to 256 (within a factor of 2 either way); under standard both grow with the width, the stream
+    many times over. (The change the steps made is checked below, to 512.)"""
     widths = (64, 128, 256)
     mup = [_coordinates("mup", w) for w in widths]
     std = [_coordinates("standard", w) for w in widths]
@@ -174,6 +176,49 @@ def test_coordinate_check(one_thread):
         assert all(0.5 < m[i] / mup[0][i] < 2.0 for m in mup), mup
         assert std[0][i] < std[1][i] < std[2][i], std
     assert std[2][0] / std[0][0] > 2.0 and std[2][1] / std[0][1] > 4.0, std
+
+
+def _changes(parametrization: str, width: int, placement: str = "pre_ln", steps: int = 5,
+             lr: float = 3e-3) -> tuple[float, float]:
+    """How much training moved each coordinate: the RMS of (after - before) of the logits and of the
+    residual stream leaving the last block, over ``steps`` AdamW steps on one fixed batch (the
+    quantity the muP papers' coordinate check plots against width)."""
+    import torch
+    import torch.nn.functional as F
+
+    from normsearch.baselines import baselines
+
+    model = _model(baselines()[placement], d_model=width, parametrization=parametrization, mup_base_width=64)
+    x = torch.randint(0, 256, (8, 33), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits0, hidden0 = model(x[:, :-1], return_hidden=True)
+    opt = torch.optim.AdamW(model.param_groups(lr, 0.0), lr=lr)
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        logits1, hidden1 = model(x[:, :-1], return_hidden=True)
+    return (logits1 - logits0).pow(2).mean().sqrt().item(), (hidden1[-1] - hidden0[-1]).pow(2).mean().sqrt().item()
+
+
+@pytest.mark.parametrize("placement, stream", [("pre_ln", True), ("qk_pre_ln", True), ("hybridnorm", False)])
+def test_coordinate_check_of_the_change_in_activations(placement, stream, one_thread):
+    """Widths 64 to 512 on base 64: under mup the change that 5 Adam steps make to each coordinate of
+    the logits and of the residual stream stays within a factor of 2 across widths; under standard
+    it grows with every doubling (about 4x to 6x for the logits and 20x to 30x for the stream here),
+    which is what makes standard's best learning rate shrink with width. Placements with q/k norms
+    too (qk_pre_ln, hybridnorm). HybridNorm's stream is normalised after each FFN (post-norm), so its
+    change is bounded under both and only its logits are checked."""
+    widths = (64, 128, 256, 512)
+    mup = [_changes("mup", w, placement) for w in widths]
+    std = [_changes("standard", w, placement) for w in widths]
+    for i, grows in ((0, 3.0), (1, 10.0))[: 2 if stream else 1]:
+        m, s = [c[i] for c in mup], [c[i] for c in std]
+        assert max(m) / min(m) < 2.0, (placement, i, m)
+        assert all(a < b for a, b in zip(s, s[1:])) and s[-1] / s[0] > grows, (placement, i, s)
+    assert mup[0] == pytest.approx(std[0])  # at the base width the two are the same model
 
 
 def test_an_exported_mup_model_computes_the_same_logits(tmp_path, one_thread):

@@ -12,7 +12,10 @@ from ._plots import UNIT, _figure, _finish
 def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> Any:
     """Left: the mean final loss over successful runs against N (log x) per architecture, with 95%
     intervals over seeds, the fitted power law solid over the rungs and dashed out to the target size;
-    right: the failure rate (diverged or stalled) per rung with its Wilson interval. ``stats``: a
+    right: the failure rate (diverged or stalled) per rung over every run the rung trained, at every
+    learning rate (filled, with its Wilson interval), and at the chosen learning rate alone (hollow,
+    what the hurdle ranks by). A sweep's failures at learning rates that were not chosen are failures
+    all the same; plotting only the chosen one's would hide them. ``stats``: a
     :class:`~normsearch.stats.ladder.LadderStats`; ``labels``: arch -> legend label; ``baselines``:
     the architectures to mark as baselines. None when no rung has a size."""
     import numpy as np
@@ -42,10 +45,13 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
             if target is not None and target != n_hi and a not in stats.extrapolation.left_out:
                 ext = np.geomspace(n_hi, target, 100)
                 ax.plot(ext, fit.predict(ext), color=color, linestyle="--", linewidth=1.2)
-        err = [[p.failure_rate - p.failure_ci[0] for p in ps], [p.failure_ci[1] - p.failure_rate for p in ps]]
-        af.errorbar([p.size for p in ps], [p.failure_rate for p in ps], yerr=err,
+        err = [[p.failure_rate_all - p.failure_ci_all[0] for p in ps],
+               [p.failure_ci_all[1] - p.failure_rate_all for p in ps]]
+        af.errorbar([p.size for p in ps], [p.failure_rate_all for p in ps], yerr=err,
                     color=color, marker=marker, markersize=5, capsize=3, label=label, ecolor=color, elinewidth=0.8,
                     alpha=0.8)
+        af.plot([p.size for p in ps], [p.failure_rate for p in ps], color=color, marker=marker, markersize=8,
+                markerfacecolor="none", linestyle="none")
     if target is not None:
         ax.axvline(target, color="black", linewidth=0.8, linestyle=":", label=f"N* = {target:.3g}")
     for a in (ax, af):
@@ -54,6 +60,6 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
     unit = stats.size_unit
     _finish(ax, "Final validation loss against model size\n(mean over successful runs, 95% CI; lines: "
             "L = E + A N^-alpha, dashed: extrapolated)", f"{unit} N (log)", f"final validation loss ({UNIT})")
-    _finish(af, "Failure rate per rung\n(diverged or stalled runs, Wilson 95% CI)", f"{unit} N (log)",
-            "fraction of runs that failed")
+    _finish(af, "Failed runs (diverged or stalled) per rung\nfilled: every run of the rung, all lrs (Wilson 95% CI); "
+            "hollow: at the chosen lr", f"{unit} N (log)", "fraction of runs that failed")
     return fig

@@ -1,11 +1,13 @@
-"""The ladder's section of a report in words (issue 17): per-rung orders, rank agreement, every
-reversal with whether its differences are significant, the power-law fits, and the extrapolation with
-its warnings. Every sentence is built from a :class:`~normsearch.stats.ladder.LadderStats`; nothing
-is computed here."""
+"""The ladder's section of a report in words (issue 17): per-rung orders, what they rest on (rungs
+where an architecture failed every run, means on few seeds, unbracketed learning rates), rank
+agreement, every reversal with whether its differences are significant, the power-law fits, and the
+extrapolation with its warnings. Every sentence is built from a
+:class:`~normsearch.stats.ladder.LadderStats`; nothing is computed here."""
 
 from __future__ import annotations
 
 from ..ranking import format_p
+from ..stats.ladder import P_CROSS_WARN
 from ._columns import UNIT, num
 
 
@@ -54,6 +56,46 @@ def reversal_sentence(stats, r, labels: dict[str, str] | None = None, unit: str 
     return f"{a} and {b} reverse within noise {span}: {sides}; neither difference is significant."
 
 
+def _cell(p) -> str:
+    """One architecture at one rung: place, mean [95%], failures at its lr and over every lr."""
+    failed = f"failed {p.n_failed}/{p.n_runs} at its lr, {p.n_failed_all}/{p.n_runs_all} at any"
+    if p.mean is None:
+        return f"{p.rank}. every run failed ({p.n_failed_all}/{p.n_runs_all})"
+    ci = f" [{p.ci_low:.4f}, {p.ci_high:.4f}]" if p.ci_low is not None else ""
+    edge = "; lr at an edge" if p.at_edge else ""
+    return f"{p.rank}. {p.mean:.4f}{ci} ({failed}{edge})"
+
+
+def caveat_lines(stats, labels: dict[str, str] | None = None) -> list[str]:
+    """What the per-rung numbers rest on, one bullet per kind: rungs where an architecture failed
+    every run, means over fewer than 3 successful seeds, chosen learning rates at an end of what
+    was trained. Empty when there is nothing to say."""
+    from ..stats.ladder import FEW_SEEDS
+
+    lab = labels or {}
+    name = lambda a: f"`{_md(lab.get(a, a))}`"
+    out = []
+    for a, rungs in stats.all_failed.items():
+        out.append(f"- **Every run of {name(a)} failed at {', '.join(map(_md, rungs))}.** It ties last there "
+                   f"whatever its loss; the rank agreement of a pair of rungs that includes one of them leaves it "
+                   f"out, and its power law (if any) is fitted without them.")
+    if stats.few_seeds:
+        trained = sum(1 for ps in stats.points.values() for p in ps if p.mean is not None)
+        counts = sorted({n for _, _, n in stats.few_seeds})
+        if len(stats.few_seeds) == trained:
+            cells = f"every mean ({' or '.join(map(str, counts))} each)"
+        else:
+            cells = ", ".join(f"{name(a)} at {_md(r)} ({n})" for a, r, n in stats.few_seeds)
+        out.append(f"- **Fewer than {FEW_SEEDS} successful seeds** behind {cells}. Such a mean's interval rests on "
+                   f"an SD estimated from so few runs (or borrowed from the rung's pool) that it is wide and itself "
+                   f"uncertain, and the intervals of tau, rho and the fits inherit it; more seeds would narrow them.")
+    if stats.at_edge:
+        cells = ", ".join(f"{name(a)} at {_md(r)} (lr {lr:g})" for a, r, lr in stats.at_edge)
+        out.append(f"- **Chosen learning rate at an end of those trained** (the sweep with its extension): {cells}. "
+                   f"The optimum is not bracketed, so that loss is an upper bound on the architecture's best there.")
+    return out
+
+
 def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> list[str]:
     """The report's section on the ladder, as Markdown lines."""
     lab = labels or {}
@@ -69,40 +111,39 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
 
     lines = ["## Across model sizes", "",
              f"Rungs, small to large: {', '.join(f'{r} ({size_text(r)} {stats.size_unit})' for r in stats.rungs)}. "
-             f"Each cell: the hurdle place at that rung, the mean loss over successful runs with its 95% interval, "
-             f"and the failed runs (diverged or stalled).", "",
+             f"Each cell: the hurdle place at that rung, the mean loss over successful runs at the chosen learning "
+             f"rate with its 95% interval, and the failed runs (diverged or stalled) at that learning rate (what the "
+             f"hurdle ranks by) and at any learning rate the rung trained.", "",
              "| label | " + " | ".join(_md(r) for r in stats.rungs) + " |", "|---|" + "---|" * len(stats.rungs)]
     for a in stats.points:
-        cells = []
-        for r in stats.rungs:
-            p = _point(stats, a, r)
-            if p is None:
-                cells.append("-")
-            elif p.mean is None:
-                cells.append(f"{p.rank}. every run failed ({p.n_failed}/{p.n_runs})")
-            else:
-                ci = f" [{p.ci_low:.4f}, {p.ci_high:.4f}]" if p.ci_low is not None else ""
-                cells.append(f"{p.rank}. {p.mean:.4f}{ci} ({p.n_failed}/{p.n_runs} failed)")
+        cells = [_cell(p) if (p := _point(stats, a, r)) is not None else "-" for r in stats.rungs]
         lines.append(f"| {name(a)} | " + " | ".join(cells) + " |")
+    caveats = caveat_lines(stats, lab)
+    if caveats:
+        lines += [""] + caveats
     lines += ["", "### Does the order hold?", "",
-              f"Rank agreement between rungs over the architectures run at both (hurdle order: failure rate first, "
-              f"then mean loss; architectures that failed every run tie last). Kendall's tau-b and Spearman's rho, "
-              f"1 for the same order and -1 for the reverse; 95% percentile-bootstrap intervals from {stats.n_boot} "
-              f"draws (seeds resampled within each architecture and rung, failure rates held fixed; bootstrap seed "
-              f"{stats.seed}). Adjacent rungs in bold.", "",
-              "| rungs | architectures | Kendall's tau [95%] | Spearman's rho [95%] |", "|---|---|---|---|"]
+              f"Rank agreement between rungs over the architectures ranked at both (hurdle order: failure rate "
+              f"first, then mean loss). An architecture that failed every run at either rung of a pair is left out "
+              f"of that pair: tied last at both whatever happened, it would count as agreement. Kendall's tau-b and "
+              f"Spearman's rho, 1 for the same order and -1 for the reverse. 95% percentile intervals from "
+              f"{stats.n_boot} draws in which each architecture's mean at each rung is drawn from its own per-rung "
+              f"uncertainty, mean + SE x t with the SD and degrees of freedom of its interval in the table above "
+              f"(pooled within the rung where variances may be pooled, its own otherwise), failure rates held fixed; "
+              f"seed {stats.seed}. Adjacent rungs in bold.", "",
+              "| rungs | architectures | left out (every run failed at one) | Kendall's tau [95%] | "
+              "Spearman's rho [95%] |", "|---|---|---|---|---|"]
     for g in stats.agreements:
         pair = f"{g.rung_a} → {g.rung_b}"
         pair = f"**{pair}**" if g.adjacent else pair
         tau = f"{g.tau:+.2f} {_ci(g.tau_ci, '{:+.2f}')}" if g.tau is not None else "-"
         rho = f"{g.rho:+.2f} {_ci(g.rho_ci, '{:+.2f}')}" if g.rho is not None else "-"
-        lines.append(f"| {_md(pair)} | {len(g.archs)} | {tau} | {rho} |")
+        left = ", ".join(name(a) for a in g.left_out) or "-"
+        lines.append(f"| {_md(pair)} | {len(g.archs)} | {left} | {tau} | {rho} |")
     lines += ["", "### Reversals", ""]
     if not stats.reversals:
-        lines.append("No pair of architectures changes order between adjacent rungs or between the first and the "
-                     "last rung.")
+        lines.append("No pair of architectures changes order between any two rungs.")
     else:
-        lines.append(f"Every pair that changes order between adjacent rungs or between the first and the last. A "
+        lines.append(f"Every pair that changes order between any two rungs (each reversal names its rungs). A "
                      f"difference is significant when its Holm-adjusted p < {stats.alpha:g}, over the family of the "
                      f"differences these reversals rest on; a loss difference uses the ranking's test at that rung, "
                      f"a failure-rate difference Fisher's exact test.")
@@ -117,7 +158,7 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
     name = lambda a: _md(lab.get(a, a))
     lines = ["### Power laws", "",
              f"L(N) = E + A N^-alpha, least squares on each rung's mean loss with E ≥ 0, A > 0, 0 < alpha < 2; "
-             f"95% intervals by refitting {stats.n_boot} bootstrap draws of the seeds.", "",
+             f"95% intervals by refitting the {stats.n_boot} draws of the rung means above.", "",
              "| label | rungs | E [95%] | A | alpha [95%] | RMSE | note |", "|---|---|---|---|---|---|---|"]
     for a, f in stats.fits.items():
         if not f.ok:
@@ -148,13 +189,23 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
              else "")
     lines.append(f"- Lowest at N*: `{name(top.arch)}`{sure}{whole}.")
     for c in x.crossings:
-        share = f" (they cross in {c.p_cross:.0%} of the bootstrap draws)" if c.p_cross is not None else ""
-        lines.append(f"- **Warning**: the fitted curves of `{name(c.a)}` and `{name(c.b)}` cross at N ≈ {c.at:.3g}, "
-                     f"between the largest rung and N*{share}. Their order at N* is the fit's, not the data's.")
+        if c.at is not None:
+            share = f" (they cross in {c.p_cross:.0%} of the draws)" if c.p_cross is not None else ""
+            lines.append(f"- **Warning**: the fitted curves of `{name(c.a)}` and `{name(c.b)}` cross at N ≈ "
+                         f"{c.at:.3g}, between the largest rung and N*{share}. Their order at N* is the fit's, not the "
+                         f"data's.")
+        else:
+            lines.append(f"- **Warning**: the fitted curves of `{name(c.a)}` and `{name(c.b)}` do not cross before N*, "
+                         f"but the curves of {c.p_cross:.0%} of the draws do (more than {P_CROSS_WARN:.0%}). Their "
+                         f"order at N* is not settled by these rungs.")
     for a in x.failing:
         p = _point(stats, a, stats.rungs[-1])
         lines.append(f"- `{name(a)}` failed {p.n_failed}/{p.n_runs} runs at the largest rung; its extrapolated "
                      f"loss speaks only for the runs that trained.")
+    for a in x.order:
+        if a in stats.all_failed:
+            lines.append(f"- `{name(a)}` is extrapolated from the rungs where it trained; every run failed at "
+                         f"{', '.join(map(_md, stats.all_failed[a]))}.")
     for a, why in x.left_out.items():
         lines.append(f"- `{name(a)}` is not extrapolated: {_md(why)}.")
     return lines + [""]

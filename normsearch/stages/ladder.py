@@ -3,23 +3,50 @@ at three or more model sizes ("rungs", model overrides), on fresh seeds, with tr
 with parameters by the recipe's rule. Each rung is a stage of the study (``<study>/ladder-<i>``,
 results in ``results/<study>/ladder-<i>/``): resumable, shared by workers, deduplicated by
 (architecture, rung). The learning rate is swept at every rung (the extending sweep), unless the
-parametrisation makes it transfer (muP): then each architecture keeps the one the search chose.
+parametrisation makes it transfer (muP along width alone): then each architecture keeps the one the
+search chose.
+
+Each rung is stored with the settings the ladder shares and its own overrides, not the whole list
+of rungs, so that a ladder can grow: ``--rungs`` with one more rung after the stored ones reuses
+every rung trained and trains the new one. The stored settings are the truth: a setting given that
+differs is refused, naming the stored value, and one left out is taken from storage
+(:func:`resolve_ladder`). Rungs stored in the first form (the whole list in each) are read as well.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..config import ModelConfig, from_mapping, to_mapping
 from ..errors import NormsearchError
-from ..recipe import LadderConfig, Recipe
+from ..recipe import LadderConfig, Recipe, ladder_config
 from ..search._open import StudyHandle
-from ..search._stages import Entry, Stage, StageSearch, find_stage, open_stage, stage_recipe
+from ..search._stages import A_STAGE, Entry, Stage, StageSearch, find_stage, open_stage, stage_names, stage_recipe
+
+PREFIX = "ladder-"
+#: the settings every rung of a ladder shares, stored with each rung beside its own overrides
+#: (``target`` is not among them: it changes the report, never a run)
+SHARED = ("top", "baselines", "seeds", "first_seed", "tokens_per_param", "max_steps", "lr", "lr_extend")
 
 
 def kind_of(i: int) -> str:
-    return f"ladder-{i}"
+    return f"{PREFIX}{i}"
+
+
+def flag(key: str) -> str:
+    """The command-line option of a ladder setting."""
+    return "--" + key.replace("_", "-")
+
+
+def show(value) -> str:
+    """A setting as it would be typed: YAML flow style (``{n_layers: 2}``, ``[pre_ln, post_ln]``)."""
+    import yaml
+
+    if isinstance(value, (dict, list)):
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
+    return "null" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -41,11 +68,52 @@ class Rung:
         return self.steps * self.recipe.train.batch_size * self.recipe.model.context_length
 
 
-def lr_mode(recipe: Recipe, cfg: LadderConfig) -> str:
-    """sweep or transfer: ``auto`` transfers under muP (the learning rate found at one width holds)."""
-    if cfg.lr != "auto":
-        return cfg.lr
-    return "transfer" if getattr(recipe.model, "parametrization", "standard") == "mup" else "sweep"
+# --------------------------------------------------------------------------------------------------
+# Rungs and the learning-rate mode
+
+
+def rung_model(parent: ModelConfig, i: int, overrides: dict) -> ModelConfig:
+    """Rung ``i``'s model: the search's with the rung's overrides, read as a recipe's ``model:``
+    section is (every value's type and range checked), so that a bad rung is one error line naming
+    it rather than a model built from a string."""
+    section = f"ladder.rungs[{i}]"
+    try:
+        return from_mapping(ModelConfig, {**to_mapping(parent), **dict(overrides)}, section)
+    except NormsearchError as e:
+        msg = str(e)
+        raise NormsearchError(msg if msg.startswith(section) else f"{section} {show(dict(overrides))}: {msg}") from None
+
+
+def _no_transfer(search: ModelConfig, models: list[ModelConfig]) -> str | None:
+    """Why the search's learning rates would not be each rung's best (None: muP makes them transfer)."""
+    if search.parametrization != "mup":
+        return ("under standard parametrisation the best learning rate moves with the model's size (results/mup: it "
+                "halves per doubling of width), so the search's would not be each rung's best")
+    for key, why in (("n_layers", "depth transfer (CompleteP) is not implemented: docs/parametrization.md"),
+                     ("n_heads", "mup's attention scale assumes a fixed number of heads: docs/parametrization.md")):
+        if len({getattr(m, key) for m in models}) > 1:
+            return f"muP carries the learning rate across width only, and these rungs vary {key} ({why})"
+    if models[0].mup_base_width != search.mup_base_width:
+        return (f"the rungs' mup_base_width {models[0].mup_base_width} is not the search's {search.mup_base_width}, "
+                f"the width at which the search chose its learning rates")
+    if len({m.ffn_dim / m.d_model for m in models}) > 1:
+        return "the FFN does not grow with the width at these rungs (model.ffn_hidden), which muP's rules do not cover"
+    return None
+
+
+def lr_mode(recipe: Recipe, cfg: LadderConfig, models: list[ModelConfig] | None = None) -> str:
+    """sweep or transfer. ``auto`` transfers only where muP makes the learning rate transfer: under
+    model.parametrization mup, along width alone (the same depth, heads and base width at every rung
+    as in the search, the FFN growing with the width); anywhere else it sweeps. ``transfer`` where
+    the learning rate would not transfer is refused, saying why."""
+    if models is None:
+        models = [rung_model(recipe.model, i, o) for i, o in enumerate(cfg.rungs)]
+    why = _no_transfer(recipe.model, models) if models else "no rungs"
+    if cfg.lr == "auto":
+        return "sweep" if why else "transfer"
+    if cfg.lr == "transfer" and why:
+        raise NormsearchError(f"ladder.lr transfer: {why}; use --lr sweep (or auto, which sweeps here)")
+    return cfg.lr
 
 
 def _count(recipe: Recipe, model) -> int:
@@ -57,14 +125,20 @@ def _count(recipe: Recipe, model) -> int:
 
 
 def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
-    """Every rung's model and steps, checked: parameters grow rung by rung."""
+    """Every rung's model and steps, checked: typed like a recipe's model, one base width for the
+    whole ladder, parameters growing rung by rung."""
+    if not cfg.rungs:
+        raise NormsearchError("give the rungs: --rungs '[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' or a "
+                              "`ladder:` section with rungs in the recipe")
+    models = [rung_model(parent.model, i, o) for i, o in enumerate(cfg.rungs)]
+    bases = sorted({m.mup_base_width for m in models})
+    if len(bases) > 1:
+        raise NormsearchError(f"ladder.rungs: mup_base_width differs between rungs ({', '.join(map(str, bases))}); it "
+                              f"is the width at which mup equals standard, one for the whole ladder: set it once "
+                              f"(in the recipe's model section) or at every rung alike")
     t = parent.train
     out: list[Rung] = []
-    for i, overrides in enumerate(cfg.rungs):
-        try:
-            model = replace(parent.model, **overrides)
-        except NormsearchError as e:
-            raise NormsearchError(f"ladder.rungs[{i}]: {e}") from None
+    for i, (overrides, model) in enumerate(zip(cfg.rungs, models)):
         n = _count(parent, model)
         steps = t.steps
         if cfg.tokens_per_param is not None:
@@ -114,22 +188,122 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
     return out
 
 
-def settings_of(cfg: LadderConfig, mode: str) -> dict:
-    d = asdict(cfg)
-    d.pop("target")  # reporting only: changing it never changes a run
-    d["lr"] = mode
+# --------------------------------------------------------------------------------------------------
+# The settings each rung is stored with
+
+
+def _normal(recipe: Recipe, settings: dict) -> dict:
+    """The shared settings in one form, to compare: a baseline list or a sweep extension left to the
+    search (None) resolved to the search's, as the runs had them."""
+    out = {k: settings.get(k) for k in SHARED}
+    out["baselines"] = list(recipe.search.baselines if out["baselines"] is None else out["baselines"])
+    if out["lr_extend"] is None:
+        out["lr_extend"] = recipe.train.lr_extend
+    return out
+
+
+def settings_of(recipe: Recipe, cfg: LadderConfig, mode: str, i: int) -> dict:
+    """What rung ``i`` is stored with: the settings the ladder shares (resolved) and the rung's own
+    overrides, not the whole list of rungs, so that a rung added later leaves those before it as
+    they were stored."""
+    d = _normal(recipe, {**to_mapping(cfg), "lr": mode})
+    d["rung"] = dict(cfg.rungs[i])
     return d
 
 
+@dataclass
+class StoredRung:
+    """A rung of the ladder as stored with the study."""
+
+    index: int
+    settings: dict  # verbatim (what open_stage compares against)
+    rung: dict | None  # its overrides (None: the stored list is shorter than its index)
+    shared: dict  # SHARED, normalised (_normal)
+
+
+def stored_rungs(parent: StudyHandle) -> dict[int, StoredRung]:
+    """The rungs stored with the study, by index. A rung stored in the first form carries the whole
+    list of rungs (``rungs``); its own overrides are the ones at its index. A stage whose definition
+    was never stored (a worker stopped between creating and defining it) is left out: it will be
+    defined as new."""
+    out = {}
+    for kind in stage_names(parent):
+        if not kind.startswith(PREFIX) or not kind[len(PREFIX):].isdigit():
+            continue
+        i = int(kind[len(PREFIX):])
+        study = find_stage(parent, kind)
+        settings = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("settings")
+        if settings is None:
+            continue
+        if "rung" in settings:
+            rung = settings["rung"]
+        else:
+            listed = settings.get("rungs") or []
+            rung = listed[i] if i < len(listed) else None
+        out[i] = StoredRung(i, settings, dict(rung) if rung is not None else None, _normal(parent.recipe, settings))
+    return dict(sorted(out.items()))
+
+
+def check_stored(parent: StudyHandle, cfg: LadderConfig, mode: str, stored: dict[int, StoredRung]) -> None:
+    """Refuse a ladder that differs from the one stored: a rung's overrides, or a shared setting, with
+    the stored value named."""
+    name = parent.recipe.name
+    want = _normal(parent.recipe, {**to_mapping(cfg), "lr": mode})
+    for i, st in stored.items():
+        if i >= len(cfg.rungs):
+            raise NormsearchError(
+                f"the ladder of study {name!r} has {len(stored)} rungs stored, "
+                f"{show([s.rung for s in stored.values()])}; give them all in --rungs (a new rung after them), or "
+                f"leave --rungs out to use them")
+        if dict(cfg.rungs[i]) != st.rung:
+            raise NormsearchError(
+                f"ladder.rungs[{i}] is {show(dict(cfg.rungs[i]))}, but rung {i} of the ladder of study {name!r} was "
+                f"trained as {show(st.rung)}; give the stored rungs first, in order (new rungs after them), or leave "
+                f"--rungs out")
+        for key in SHARED:
+            if want[key] != st.shared[key]:
+                raise NormsearchError(
+                    f"the ladder of study {name!r} was trained with {key} {show(st.shared[key])}, not "
+                    f"{show(want[key])}; leave {flag(key)} out to use the stored value (or give "
+                    f"{flag(key)} {show(st.shared[key])})")
+
+
+def resolve_ladder(parent: StudyHandle, given: dict, report_only: bool = False) -> LadderConfig:
+    """The ladder to run or report on: the settings ``given`` (the command line's, None left out) over
+    those stored with the study's ladder over the recipe's ``ladder:`` section. With a ladder stored,
+    its settings are the truth: one given that differs is refused, naming the stored value; rungs
+    left out are the stored ones, and rungs given must start with them (a rung after them is a rung
+    added to the ladder)."""
+    base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
+    stored = stored_rungs(parent)
+    if not stored:
+        if report_only:
+            raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it "
+                                  f"first (without --report-only)")
+        return ladder_config({**base, **given})
+    first = next(iter(stored.values()))
+    rungs = given["rungs"] if "rungs" in given else [s.rung for s in stored.values() if s.rung is not None]
+    cfg = ladder_config({**base, **first.shared, **given, "rungs": rungs})
+    plan_rungs(parent.recipe, cfg)  # the rungs' own errors first (a bad type names the rung)
+    check_stored(parent, cfg, lr_mode(parent.recipe, cfg), stored)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# Training and reporting
+
+
 def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, StudyHandle, Stage]]:
-    """Create or resume every rung's stage (checked against the settings each was created with)."""
+    """Create or resume every rung's stage: a stored rung is resumed only with the settings it was
+    created with (checked here with the stored value named; then open_stage checks them verbatim)."""
     from ..search._confirm import search_finished
 
-    mode = lr_mode(parent.recipe, cfg)
     rungs = plan_rungs(parent.recipe, cfg)
+    mode = lr_mode(parent.recipe, cfg, [r.recipe.model for r in rungs])
+    stored = stored_rungs(parent)
+    check_stored(parent, cfg, mode, stored)
     if find_stage(parent, kind_of(0)) is None:
         search_finished(parent)
-    settings = settings_of(cfg, mode)
     found = entries(parent, cfg, mode)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     overlap = set(seeds) & set(parent.recipe.train.seeds)
@@ -137,7 +311,10 @@ def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, Study
         raise NormsearchError(f"ladder seeds {sorted(overlap)} were search seeds; raise ladder.first_seed")
     out = []
     for rung in rungs:
-        def make(rung=rung) -> Stage:
+        settings = stored[rung.index].settings if rung.index in stored else settings_of(parent.recipe, cfg, mode,
+                                                                                          rung.index)
+
+        def make(rung=rung, settings=settings) -> Stage:
             es = [replace(e, lr=list(rung.recipe.train.lr)) for e in found] if mode == "sweep" else found
             return Stage(kind_of(rung.index), settings, es, rung.recipe, seeds,
                          lr_extend=rung.recipe.train.lr_extend if mode == "sweep" else 0)
@@ -166,9 +343,12 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
     return out
 
 
-def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, against) -> Path:
-    """``ladder.md`` (and ``ladder.json``, ``ladder.png``) in ``out_dir``, and every rung's own report in
-    ``results/<study>/ladder-<i>/``."""
+def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, against,
+                        rungs_dir: Path | None = None) -> Path:
+    """``ladder.md`` (and ``ladder.json``, ``ladder.png``) in ``out_dir``, and every rung's own report
+    in ``<rungs_dir>/ladder-<i>/``; ``rungs_dir`` None: in the rung's results folder
+    (``results/<study>/ladder-<i>/``). The command line passes its ``--out`` here, so that a report
+    written elsewhere never rewrites the rungs' reports in the results folder."""
     import json
 
     from ..ranking import stat_runs
@@ -181,10 +361,12 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
     rungs = ladder_handles(parent, cfg)
     if not rungs:
         raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it first")
-    stats_rungs, rankings = [], []
+    stats_rungs, rankings, folders = [], [], []
     for rung, handle in rungs:
-        ranking = write_report(handle, handle.folder, against=against, overwrite=True)
+        folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(rung.index)
+        ranking = write_report(handle, folder, against=against, overwrite=True)
         rankings.append(ranking)
+        folders.append(folder)
         rows = [r for r in ranking.rows if r.runs]
         sizes = {r.label: float(r.n_params) for r in rows if r.n_params}
         stats_rungs.append(rung_from_runs(rung.name, stat_runs(rows, ranking.judgement.unigram_bpb), sizes))
@@ -192,14 +374,14 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
     out_dir.mkdir(parents=True, exist_ok=True)
     plot = None
     if stats is not None:
-        bases = [e for e in (cfg.baselines or parent.recipe.search.baselines)]
+        bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
         fig = ladder_plot(stats, baselines=bases)
         if fig is not None:
             save(fig, out_dir / "ladder.png")
             plot = "ladder.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
     text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
-                           lr_mode(parent.recipe, cfg))
+                           lr_mode(parent.recipe, cfg), folders)
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

@@ -4,6 +4,7 @@ sentences themselves are :mod:`normsearch.report._ladder_verdicts`)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..report._columns import num
 from ..report._ladder_verdicts import ladder_lines
@@ -16,10 +17,44 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
-                    mode: str = "sweep") -> str:
+def _lrs(lrs) -> str:
+    return ", ".join(f"{x:g}" for x in lrs)
 
+
+def lr_cells(row) -> tuple[str, str, str, bool]:
+    """A ranked row's failures at its chosen learning rate and over every run of the rung, the
+    learning rates trained (the sweep with its extension, the chosen one in bold), and whether the
+    chosen one is at an end of two or more (an unbracketed optimum)."""
+    points = sorted(row.lr_points, key=lambda p: p.lr)
+    all_failed, all_runs = sum(p.n_failed for p in points), sum(p.n_runs for p in points)
+    chosen = next((p for p in points if p.lr == row.best_lr), None)
+    at_lr = f"{chosen.n_failed}/{chosen.n_runs}" if chosen is not None else f"{all_failed}/{all_runs}"
+    lrs = ", ".join(f"**{p.lr:g}**" if p is chosen else f"{p.lr:g}" for p in points) or "-"
+    edge = chosen is not None and len(points) >= 2 and (chosen is points[0] or chosen is points[-1])
+    return at_lr, f"{all_failed}/{all_runs}", lrs, edge
+
+
+def _trained(r0, cfg, rungs, mode: str) -> str:
+    """The learning rates in words: transferred, or the sweep with the ladder's own extension."""
+    param = getattr(r0.model, "parametrization", "standard")
+    if mode == "transfer":
+        return (f"each architecture at the learning rate the search chose for it ({param} parametrisation and rungs "
+                f"that vary the width alone: transferred, not swept; not checked at the rungs)")
+    extend = rungs[0].recipe.train.lr_extend if rungs else r0.train.lr_extend
+    text = f"a sweep at every rung over {_lrs(r0.train.lr)}"
+    if extend:
+        text += (f", extended by up to {extend} point(s) past an end that holds the best (the learning rates each "
+                 f"architecture trained are in the rung's table)")
+    return text + ", each architecture scored at its best"
+
+
+def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
+                    mode: str = "sweep", folders=None) -> str:
+    """The whole ``ladder.md``. ``folders``: where each rung's own report was written (linked
+    relative to ``out_dir``); default the rungs' results folders."""
     r0 = parent.recipe
+    out_dir = Path(out_dir) if out_dir is not None else parent.folder / "ladder"
+    folders = folders or [parent.folder / rung.recipe.folder.name for rung in rungs]
     lines = [f"# normsearch ladder: `{r0.name}`", ""]
     if len(rungs) < n_planned or any(not rk.finished for rk in rankings):
         lines += [f"> **The ladder is not finished**: {len(rungs)} of {n_planned} rungs started; a rung still "
@@ -27,18 +62,15 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
     tokens_rule = (f"{cfg.tokens_per_param:g} training tokens per parameter of the rung's first baseline"
                    if cfg.tokens_per_param is not None else f"the search's {r0.train.steps} steps at every rung")
     cap = f", capped at {cfg.max_steps} steps" if cfg.max_steps is not None else ""
-    param = getattr(r0.model, "parametrization", "standard")
-    lrs = (f"each architecture at the learning rate the search chose for it ({param} parametrisation: "
-           f"transferred, not swept)" if mode == "transfer" else
-           f"a sweep at every rung over {', '.join(f'{x:g}' for x in r0.train.lr)}"
-           + (f", extended by up to {r0.train.lr_extend} point(s) past an end that holds the best" if r0.train.lr_extend
-              else "") + ", each architecture scored at its best")
+    bases = cfg.baselines if cfg.baselines is not None else r0.search.baselines
     lines += ["## What was trained", "",
               f"The search's top {cfg.top} found placement(s) and the baselines "
-              f"{', '.join(cfg.baselines or r0.search.baselines)}, retrained at {n_planned} sizes on fresh seeds "
+              f"{', '.join(bases) or '(none)'}, retrained at {n_planned} sizes on fresh seeds "
               f"{cfg.first_seed} to {cfg.first_seed + cfg.seeds - 1}; tokens: {tokens_rule}{cap}; learning rate: "
-              f"{lrs}. Same data, tokenizer, vocabulary and context at every rung; scored on the validation windows.",
-              "", "| rung | model | parameters | steps | tokens per run | runs | training time |",
+              f"{_trained(r0, cfg, rungs, mode)}. Same data, tokenizer, vocabulary and context at every rung; scored "
+              f"on the validation windows. Runs: every run of the rung, at every learning rate; training time: the "
+              f"sum of those runs' times, not wall clock (workers train side by side).",
+              "", "| rung | model | parameters | steps | tokens per run | runs | training time (sum of runs) |",
               "|---|---|---|---|---|---|---|"]
     for rung, rk in zip(rungs, rankings):
         m = rung.recipe.model
@@ -46,21 +78,29 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
                      f"{rung.n_params:,} | {rung.steps} | {_count(rung.tokens)} | {rk.cost.runs} | "
                      f"{rk.cost.wall_time_s / 60:.1f} min |")
     lines.append("")
-    lines += ["## Each rung", ""]
-    for rung, rk in zip(rungs, rankings):
-        link = os.path.relpath(parent.folder / rung.recipe.folder.name / "report.md", out_dir or parent.folder / "x")
+    lines += ["## Each rung", "",
+              "Failed: diverged or stalled runs, at the architecture's chosen learning rate (what the hurdle ranks "
+              "by) and over all its runs at the rung (every learning rate trained). Learning rates: those trained, "
+              "the chosen one in bold; *edge* marks a chosen learning rate at an end of those trained, an optimum "
+              "the sweep did not bracket, so the loss is an upper bound on the architecture's best at that rung.", ""]
+    for rung, rk, folder in zip(rungs, rankings, folders):
+        link = os.path.relpath(Path(folder) / "report.md", out_dir)
         lines += [f"### Rung {rung.index} ({rung.n_params:,} parameters) ([full report]({link}))", "",
-                  "| rank | architecture | loss [95% CI] | failed | P(best) | best lr |", "|---|---|---|---|---|---|"]
+                  "| rank | architecture | loss [95% CI] | failed at its lr | failed, all lrs | P(best) | "
+                  "learning rates trained | note |", "|---|---|---|---|---|---|---|---|"]
         for r in rk.ranked:
             ci = f" [{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else ""
             p = f"{r.p_best:.2f}" if r.p_best is not None else "-"
+            at_lr, every, lrs, edge = lr_cells(r)
+            note = "edge: upper bound" if edge else "-"
             lines.append(f"| {r.rank} | {r.label}{' (baseline)' if r.is_baseline else ''} | {num(r.score_mean)}{ci} | "
-                         f"{r.n_failed}/{r.n_runs} | {p} | {num(r.best_lr, '{:g}')} |")
+                         f"{at_lr} | {every} | {p} | {lrs} | {note} |")
         lines.append("")
     if stats is not None:
         lines += ladder_lines(stats)
     if plot:
         lines += ["## Loss against parameters", "", f"![loss against parameters]({plot})", "",
                   "Points: mean loss over successful seeds with 95% intervals; lines: the fitted power laws, dashed "
-                  "beyond the largest rung.", ""]
+                  "beyond the largest rung. Right: the share of failed runs per rung over every learning rate "
+                  "(filled) and at the chosen one (hollow).", ""]
     return "\n".join(lines).rstrip() + "\n"

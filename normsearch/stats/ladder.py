@@ -8,12 +8,17 @@ the same choice as :func:`analyse`). :func:`analyse_ladder` gives a :class:`Ladd
 1. per rung, the hurdle order (failure rate first, then mean loss; architectures that failed every
    run share the last place) and each architecture's mean with its 95% interval;
 2. for every pair of rungs, Kendall's tau-b and Spearman's rho between the orders of the architectures
-   present at both, with percentile-bootstrap 95% intervals (seeds resampled within each architecture
-   and rung, failure rates held fixed);
-3. every rank reversal between adjacent rungs and between the first and the last, with the
-   difference at each rung and whether it is significant (Holm over those differences);
+   ranked at both (an architecture that failed every run at either rung is left out of that pair:
+   tied last at both, it would count as agreement), with 95% intervals from parametric draws of each
+   (architecture, rung) mean, consistent with its own per-rung interval (failure rates held fixed);
+3. every rank reversal between any two rungs, with the difference at each rung and whether it is
+   significant (Holm over those differences);
 4. per architecture, a power law L(N) = E + A N^-alpha over the rungs (:mod:`.powerlaw`), and at a
-   named size N* the extrapolated losses, their order, P(best) and the crossings to warn of.
+   named size N* the extrapolated losses, their order, P(best) and the crossings to warn of (the
+   fitted curves cross, or more than :data:`P_CROSS_WARN` of the draws do);
+5. what the numbers rest on: the rungs where an architecture failed every run, the means with fewer
+   than :data:`FEW_SEEDS` successful seeds, and the chosen learning rates at an end of what was
+   trained (an optimum the sweep did not bracket: the loss there is an upper bound).
 
 Rules: ``docs/statistics.md`` (section "Across model sizes").
 """
@@ -33,6 +38,8 @@ from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
 
 N_BOOT = 2000
 REVERSAL_VERDICTS = ("both significant", "one significant", "within noise")
+P_CROSS_WARN = 0.10  # warn of a pair whose bootstrap curves cross before N* in more than this share of draws
+FEW_SEEDS = 3  # a mean over fewer successful seeds gets a warning: its SD, and so its interval, is barely estimated
 
 
 @dataclass
@@ -44,6 +51,11 @@ class RungArch:
     n_diverged: int = 0
     n_stalled: int = 0
     size: float | None = None
+    lr: float | None = None  # the chosen learning rate (None: not known, or no run succeeded anywhere)
+    lrs: tuple[float, ...] = ()  # every learning rate trained at this rung (a sweep with its extension)
+    # every run of the rung, at every learning rate (None: only the chosen learning rate's are known)
+    all_runs: int | None = None
+    all_failed: int | None = None
 
     @property
     def n_ok(self) -> int:
@@ -61,6 +73,20 @@ class RungArch:
     def failure_rate(self) -> float:
         """1 when nothing succeeded (as the hurdle order counts it)."""
         return self.n_failed / self.n_runs if self.n_ok else 1.0
+
+    @property
+    def n_runs_all(self) -> int:
+        return self.n_runs if self.all_runs is None else self.all_runs
+
+    @property
+    def n_failed_all(self) -> int:
+        return self.n_failed if self.all_failed is None else self.all_failed
+
+    @property
+    def at_edge(self) -> bool:
+        """The chosen learning rate is the smallest or the largest of two or more trained: the sweep did
+        not bracket the optimum, so the loss there is an upper bound on this architecture's best."""
+        return len(self.lrs) >= 2 and self.lr is not None and self.lr in (min(self.lrs), max(self.lrs))
 
     @property
     def mean(self) -> float | None:
@@ -91,7 +117,8 @@ class Rung:
 
 def rung_from_runs(name: str, runs: Iterable[Run], size: float | Mapping[str, float] | None = None) -> Rung:
     """A rung from its runs: each architecture at its chosen learning rate (:func:`sweep`, the rule of
-    :func:`analyse`); one with no successful run anywhere counts all its runs as failed."""
+    :func:`analyse`); one with no successful run anywhere counts all its runs as failed. The failures
+    at every learning rate and the learning rates trained are kept beside the chosen one's."""
     archs = {}
     for arch, lr in sweep(runs).items():
         best = lr.best
@@ -99,6 +126,8 @@ def rung_from_runs(name: str, runs: Iterable[Run], size: float | Mapping[str, fl
             ra = RungArch(dict(best.losses), best.n_diverged, best.n_stalled)
         else:
             ra = RungArch({}, sum(c.n_diverged for c in lr.cells), sum(c.n_stalled for c in lr.cells))
+        ra.lr, ra.lrs = lr.best_lr, tuple(c.lr for c in lr.cells)
+        ra.all_runs, ra.all_failed = lr.n_runs, lr.n_failed
         if isinstance(size, Mapping):
             ra.size = float(size[arch]) if arch in size else None
         archs[arch] = ra
@@ -112,13 +141,21 @@ class RungPoint:
     rung: str
     size: float | None
     rank: int  # hurdle place, 1 = best; architectures that failed every run share the last place
-    n_runs: int
-    n_failed: int
+    n_runs: int  # at the chosen learning rate
+    n_failed: int  # at the chosen learning rate: what the hurdle ranks by
     failure_rate: float
     failure_ci: tuple[float, float]  # Wilson 95%
     mean: float | None
     ci_low: float | None  # 95% interval of the mean (pooled or per-arch, as the ranking's)
     ci_high: float | None
+    n_ok: int = 0  # successful seeds behind the mean
+    n_runs_all: int = 0  # every run of the rung, at every learning rate
+    n_failed_all: int = 0
+    failure_rate_all: float = 0.0
+    failure_ci_all: tuple[float, float] = (0.0, 1.0)
+    lr: float | None = None  # the chosen learning rate
+    lrs: tuple[float, ...] = ()  # the learning rates trained
+    at_edge: bool = False  # the chosen one is an end of two or more trained: an unbracketed optimum
 
 
 @dataclass
@@ -128,7 +165,8 @@ class Agreement:
     rung_a: str
     rung_b: str
     adjacent: bool
-    archs: list[str]
+    archs: list[str]  # ranked at both rungs (a successful run at each)
+    left_out: list[str]  # run at both, but every run failed at one of them: tied last, they would agree
     tau: float | None  # Kendall's tau-b (ties counted)
     tau_ci: tuple[float, float] | None
     rho: float | None  # Spearman's rho (average ranks for ties)
@@ -160,7 +198,7 @@ class Reversal:
     b: str
     rung_a: str
     rung_b: str
-    kind: str  # "adjacent" | "first-last"
+    kind: str  # "adjacent" | "first-last" | "other" (any other pair of rungs)
     at_a: RungDiff
     at_b: RungDiff
     verdict: str = "within noise"  # one of REVERSAL_VERDICTS
@@ -179,6 +217,9 @@ class Projection:
 
 @dataclass
 class Crossing:
+    """A pair to warn of: the fitted curves cross between the largest rung and the target, or more than
+    :data:`P_CROSS_WARN` of the bootstrap draws' curves do."""
+
     a: str
     b: str
     at: float | None  # where the fitted curves cross between the largest rung and the target (None: they do not)
@@ -191,7 +232,7 @@ class Extrapolation:
     largest: float  # the largest size fitted
     projections: list[Projection]  # in extrapolated order
     p_order: float | None  # share of draws reproducing the whole extrapolated order
-    crossings: list[Crossing]  # pairs whose fitted curves cross between largest and target
+    crossings: list[Crossing]  # pairs whose curves (or > P_CROSS_WARN of the draws) cross between largest and target
     left_out: dict[str, str]  # arch -> why it is not extrapolated (no fit; every run failed at the largest rung)
     failing: list[str]  # fitted architectures with failures at the largest rung (failures are not extrapolated)
 
@@ -213,6 +254,9 @@ class LadderStats:
     n_boot: int
     seed: int
     alpha: float = ALPHA
+    all_failed: dict[str, list[str]] = field(default_factory=dict)  # arch -> the rungs where every run failed
+    few_seeds: list[tuple[str, str, int]] = field(default_factory=list)  # (arch, rung, n) with 0 < n < FEW_SEEDS
+    at_edge: list[tuple[str, str, float]] = field(default_factory=list)  # (arch, rung, lr): an unbracketed optimum
 
     def agreement(self, a: str, b: str) -> Agreement | None:
         return next((g for g in self.agreements if {g.rung_a, g.rung_b} == {a, b}), None)
@@ -288,29 +332,60 @@ def _point(v: np.ndarray) -> float | None:
 
 
 def _agreement(ra: Rung, rb: Rung, adjacent: bool, boot: dict) -> Agreement:
-    archs = [a for a in ra.archs if a in rb.archs]
+    """tau and rho over the architectures ranked at both rungs. One that failed every run at either
+    is left out (and named): it ties last there whatever its loss, so keeping it would count a shared
+    last place as agreement, and several of them would make any two orders look alike."""
+    common = [a for a in ra.archs if a in rb.archs]
+    archs = [a for a in common if ra.archs[a].n_ok and rb.archs[a].n_ok]
+    left_out = [a for a in common if a not in archs]
     obs = [np.array([[r.archs[a].key[1] for a in archs]]) for r in (ra, rb)]
     if len(archs) < 2:
-        return Agreement(ra.name, rb.name, adjacent, archs, None, None, None, None, 0)
+        return Agreement(ra.name, rb.name, adjacent, archs, left_out, None, None, None, None, 0)
     xa, xb = _scores(ra, archs, obs[0]), _scores(rb, archs, obs[1])
     draws = [np.column_stack([boot[r.name][a] for a in archs]) for r in (ra, rb)]
     da, db = _scores(ra, archs, draws[0]), _scores(rb, archs, draws[1])
     tau, rho = kendall_tau_b(da, db), spearman_rho(da, db)
-    return Agreement(ra.name, rb.name, adjacent, archs, _point(kendall_tau_b(xa, xb)), _ci(tau),
+    return Agreement(ra.name, rb.name, adjacent, archs, left_out, _point(kendall_tau_b(xa, xb)), _ci(tau),
                      _point(spearman_rho(xa, xb)), _ci(rho), int(np.sum(np.isfinite(tau) & np.isfinite(rho))))
 
 
-def _bootstrap_means(rungs: Sequence[Rung], n_boot: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """Per rung and architecture, ``n_boot`` means of its successful seeds resampled with replacement
-    (inf for an architecture with none)."""
+def mean_draws(rungs: Sequence[Rung], n_boot: int, seed: int, alpha: float = ALPHA) -> dict[str, dict[str, np.ndarray]]:
+    """Per rung and architecture, ``n_boot`` draws of its mean loss from the uncertainty of its own
+    per-rung interval (:func:`interval`, the one the tables print): mean + sd / sqrt(n) x t.
+
+    Where the rung's variances may be pooled, sd is the pooled within-architecture SD and t is
+    z x sqrt(df / chi2_df), one chi-square draw per draw shared by the rung's architectures (they share
+    that SD's uncertainty); otherwise the architecture's own SD with t on n - 1 df. An architecture with
+    one successful run borrows the pooled SD when the rung has one, and is held at its mean when it has
+    none. inf for an architecture with no successful run (it ranks last in every draw).
+
+    Not a resampling of the seeds: with two seeds a resampled mean takes only three values, and the
+    spread of tau and rho would be far narrower than the per-rung intervals allow."""
     rng = np.random.default_rng(seed)
     out: dict[str, dict[str, np.ndarray]] = {}
     for r in rungs:
+        samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
+        fit = pooled_fit(samples, alpha)
+        scale = None  # sqrt(df / chi2_df) per draw, for the architectures on the pooled SD
         out[r.name] = {}
         for a in sorted(r.archs):
-            v = np.asarray([r.archs[a].losses[s] for s in sorted(r.archs[a].losses)], float)
-            out[r.name][a] = (v[rng.integers(0, v.size, (n_boot, v.size))].mean(1) if v.size
-                              else np.full(n_boot, math.inf))
+            iv = interval(samples, a, fit)
+            if iv.mean is None:
+                out[r.name][a] = np.full(n_boot, math.inf)
+                continue
+            sd, df, method = iv.sd, iv.df, iv.method
+            if method == "none" and fit is not None and fit.level_sigma is not None:
+                sd, df = fit.level_sigma, fit.level_df
+            if sd is None or not df:
+                out[r.name][a] = np.full(n_boot, iv.mean)
+                continue
+            if method == "pooled":
+                if scale is None:
+                    scale = np.sqrt(df / rng.chisquare(df, n_boot))
+                t = rng.standard_normal(n_boot) * scale
+            else:
+                t = rng.standard_t(df, n_boot)
+            out[r.name][a] = iv.mean + sd / math.sqrt(iv.n) * t
     return out
 
 
@@ -333,7 +408,8 @@ def _reversals(rungs: Sequence[Rung], alpha: float) -> list[Reversal]:
     from statsmodels.stats.multitest import multipletests
 
     n = len(rungs)
-    pairs = [(i, i + 1, "adjacent") for i in range(n - 1)] + ([(0, n - 1, "first-last")] if n > 2 else [])
+    pairs = [(i, j, "adjacent" if j == i + 1 else "first-last" if (i, j) == (0, n - 1) else "other")
+             for i, j in itertools.combinations(range(n), 2)]
     samples = {r.name: {a: ra.losses for a, ra in r.archs.items() if ra.losses} for r in rungs}
     fits = {r.name: pooled_fit(samples[r.name], alpha) for r in rungs}
     diffs: dict[tuple[str, str, str], RungDiff] = {}  # (rung, a, b) -> the difference it rests on
@@ -377,24 +453,46 @@ def _points(rungs: Sequence[Rung], alpha: float) -> dict[str, list[RungPoint]]:
             out.setdefault(a, []).append(RungPoint(
                 r.name, r.size_of(a), place if ra.n_ok else n_tried + 1, ra.n_runs, ra.n_failed,
                 ra.n_failed / ra.n_runs if ra.n_runs else 0.0, wilson(ra.n_failed, ra.n_runs), ra.mean,
-                iv.ci_low, iv.ci_high))
+                iv.ci_low, iv.ci_high, ra.n_ok, ra.n_runs_all, ra.n_failed_all,
+                ra.n_failed_all / ra.n_runs_all if ra.n_runs_all else 0.0, wilson(ra.n_failed_all, ra.n_runs_all),
+                ra.lr, tuple(ra.lrs), ra.at_edge))
     return out
 
 
-def _fits(rungs: Sequence[Rung], boot) -> dict[str, PowerFit]:
+def _all_failed(rungs: Sequence[Rung]) -> dict[str, list[str]]:
+    """arch -> the rungs where it was run and every run failed (only those with one)."""
+    out: dict[str, list[str]] = {}
+    for r in rungs:
+        for a, ra in r.archs.items():
+            if not ra.n_ok:
+                out.setdefault(a, []).append(r.name)
+    return out
+
+
+def _fits(rungs: Sequence[Rung], boot, dead: Mapping[str, list[str]]) -> dict[str, PowerFit]:
+    """A power law per architecture over the rungs where it trained; a rung where every run failed
+    is named, as the reason for a missing fit or as a note on one made without it."""
     out = {}
     for a in dict.fromkeys(a for r in rungs for a in r.archs):
         here = [r for r in rungs if a in r.archs and r.archs[a].n_ok and r.size_of(a) is not None]
         here.sort(key=lambda r: r.size_of(a))
         draws = np.column_stack([boot[r.name][a] for r in here]) if here else None
-        out[a] = fit_power_law(a, [r.size_of(a) for r in here], [r.archs[a].mean for r in here], draws)
+        f = fit_power_law(a, [r.size_of(a) for r in here], [r.archs[a].mean for r in here], draws)
+        if a in dead:
+            failed = f"every run failed at {', '.join(dead[a])}"
+            if f.ok:
+                f.notes.append(f"{failed}: fitted over the other rungs, so the curve says nothing of those failures")
+            else:
+                f.reason = f"{failed}; {f.reason}"
+        out[a] = f
     return out
 
 
 def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[str] = (),
                 left_out: Mapping[str, str] | None = None) -> Extrapolation:
     """The fitted losses at ``target``, their order with P(best) and P(whole order) over paired bootstrap
-    draws, and every pair whose fitted curves cross between the largest size fitted and ``target``.
+    draws, and every pair whose fitted curves cross between the largest size fitted and ``target``, or
+    whose draws' curves cross there in more than :data:`P_CROSS_WARN` of the draws.
     ``failing``: architectures to flag for failures at the largest rung; ``left_out``: architecture ->
     reason, kept out of the order (as are those without a fit)."""
     out = {a: f"no fit: {f.reason}" for a, f in fits.items() if not f.ok}
@@ -413,8 +511,9 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
     crossings = []
     for a, b in itertools.combinations(order, 2):
         at = crossing(fits[a], fits[b], largest, target)
-        if at is not None:
-            crossings.append(Crossing(a, b, at, p_crossing(fits[a], fits[b], largest, target)))
+        p = p_crossing(fits[a], fits[b], largest, target)
+        if at is not None or (p is not None and p > P_CROSS_WARN):
+            crossings.append(Crossing(a, b, at, p))
     return Extrapolation(float(target), largest, projections, p_order, crossings, out,
                          [a for a in order if a in failing])
 
@@ -422,8 +521,9 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
 def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit: str = "parameters",
                    n_boot: int = N_BOOT, seed: int = 0, alpha: float = ALPHA) -> LadderStats:
     """Everything across the rungs (ordered small to large): per-rung orders and points, rank agreement
-    for every pair of rungs, the reversals, the power-law fits and, when ``target`` (N*) is given, the
-    extrapolation to it. Fixed ``seed``: the same numbers every time."""
+    for every pair of rungs, the reversals between any two, the power-law fits and, when ``target``
+    (N*) is given, the extrapolation to it; and the caveats (rungs where an architecture failed every
+    run, means on few seeds, unbracketed learning rates). Fixed ``seed``: the same numbers every time."""
     if len(rungs) < 2:
         raise ValueError(f"a ladder needs at least 2 rungs, got {len(rungs)}")
     if len({r.name for r in rungs}) < len(rungs):
@@ -432,15 +532,18 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     if target is not None and not target > 0:
         raise ValueError(f"the target size must be positive, got {target}")
-    boot = _bootstrap_means(rungs, n_boot, seed)
+    boot = mean_draws(rungs, n_boot, seed, alpha)
     agreements = [_agreement(rungs[i], rungs[j], j == i + 1, boot)
                   for i, j in itertools.combinations(range(len(rungs)), 2)]
-    fits = _fits(rungs, boot)
+    dead = _all_failed(rungs)
+    fits = _fits(rungs, boot, dead)
     last = rungs[-1]
     failing = [a for a, ra in last.archs.items() if ra.n_failed]
-    dead = {a: f"every run failed at the largest rung ({last.name})" for a, ra in last.archs.items() if not ra.n_ok}
+    gone = {a: f"every run failed at the largest rung ({last.name})" for a, ra in last.archs.items() if not ra.n_ok}
+    few = [(a, r.name, ra.n_ok) for r in rungs for a, ra in r.archs.items() if 0 < ra.n_ok < FEW_SEEDS]
+    edge = [(a, r.name, float(ra.lr)) for r in rungs for a, ra in r.archs.items() if ra.at_edge]
     return LadderStats(
         rungs=[r.name for r in rungs], size_unit=size_unit, orders={r.name: r.order() for r in rungs},
         points=_points(rungs, alpha), agreements=agreements, reversals=_reversals(rungs, alpha), fits=fits,
-        extrapolation=extrapolate(fits, target, failing, dead) if target is not None else None, n_boot=n_boot,
-        seed=seed, alpha=alpha)
+        extrapolation=extrapolate(fits, target, failing, gone) if target is not None else None, n_boot=n_boot,
+        seed=seed, alpha=alpha, all_failed=dead, few_seeds=few, at_edge=edge)

@@ -1,6 +1,10 @@
 """``normsearch ladder`` (issue 17): the top placements and the baselines retrained at three or more
 sizes as stages of the same study; resumable after ``kill -9``, deduplicated by (architecture, rung);
-rungs that would not be comparable are refused; ladder.md reports each rung and the agreement."""
+rungs that would not be comparable, or are badly typed, are refused; a rung added later trains
+alone; --report-only reports what is stored and refuses settings that differ; the sweep with its
+extension at every rung, the transfer under muP that skips it; ladder.md reports each rung and the
+agreement; a ladder stored in the first form (the committed repro study) still reports the same
+numbers."""
 
 import json
 import math
@@ -28,13 +32,70 @@ runner = CliRunner()
 RUNGS = "[{n_layers: 1}, {n_layers: 2}, {n_layers: 3}]"
 
 
+def _skip_plots(mp, ladder: bool = True):
+    """Drawing a report's plots (matplotlib, ~0.6 s a figure, 8 per rung report) is most of a tiny
+    ladder's time. The kill -9 test checks that the ladder's plot is written (the rung reports' plots
+    are the report's tests' business); the other tests test the ladder's logic without any."""
+    from normsearch.report import _plots
+
+    mp.setattr(_plots, "all_figures", lambda *a, **k: {})
+    if ladder:
+        mp.setattr("normsearch.report._ladder_plots.ladder_plot", lambda *a, **k: None)
+
+
+@pytest.fixture
+def no_plots(monkeypatch):
+    _skip_plots(monkeypatch)
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ladder")
     recipe = write_tiny_recipe(folder, "lad", steps=10, trials=1)
-    result = runner.invoke(app, ["run", str(recipe)])
+    with pytest.MonkeyPatch.context() as mp:
+        _skip_plots(mp)
+        result = runner.invoke(app, ["run", str(recipe)])
     assert result.exit_code == 0, result.output
     return folder / "results" / "lad"
+
+
+@pytest.fixture
+def laddered(searched, no_plots):
+    """The study with its 3-rung ladder (the kill -9 test's; trained here when it ran alone)."""
+    if find_stage(open_results(searched), "ladder-2") is None:
+        result = runner.invoke(app, ["ladder", str(searched), "--rungs", RUNGS, "--top", "1", "--seeds", "1",
+                                     "--jobs", "1"])
+        assert result.exit_code == 0, result.output
+    return searched
+
+
+def _baselines_study(folder: Path, name: str, model: str, lr: str, steps: int = 10) -> Path:
+    """A search of one baseline (no space, no trials), one seed: the cheapest study a ladder can stand
+    on. 10 steps stall (the loss stays above the unigram's), which the extending sweep does not mind
+    (it extends by the loss); 100 steps of a one-layer model succeed, under a second a run, which a
+    transfer needs (a stalled run has no chosen learning rate to transfer)."""
+    recipe = folder / f"{name}.yaml"
+    recipe.write_text(f"""
+name: {name}
+model: {model}
+data: {{eval_windows: 4}}
+train: {{steps: {steps}, batch_size: 8, warmup: {steps // 20}, eval_every: {steps // 2}, lr: {lr}, seeds: [0],
+        threads: 1}}
+search: {{trials: 0, baselines: [pre_ln], heartbeat: 1, grace: 5, jobs: 1}}
+results_dir: {folder / "results"}
+""")
+    result = runner.invoke(app, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    return folder / "results" / name
+
+
+def _lrs_trained(folder: Path) -> dict[str, dict[str, list[float]]]:
+    """rung -> architecture -> the learning rates of its runs, from the run files."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for q in folder.glob("ladder-*/runs/*/seed*.json"):
+        run = json.loads(q.read_text())
+        out.setdefault(q.parts[-4], {}).setdefault(q.parts[-2], []).append(float(run["lr"]))
+    return {k: {a: sorted(v) for a, v in d.items()} for k, d in out.items()}
 
 
 def _cli(*args):
@@ -57,9 +118,10 @@ def test_a_ladder_runs_every_rung_resumes_after_kill_9_and_trains_nothing_twice(
     p.wait()
     before = _runs(searched)
     assert before, "no ladder run finished before the kill"
-    p = _cli(*args)
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err
+    with pytest.MonkeyPatch.context() as mp:  # resumed here: the killed process's trials are reaped
+        _skip_plots(mp, ladder=False)  # the ladder's own plot is drawn and checked; the rung reports' are not
+        result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
     after = _runs(searched)
     assert all(after[q] == m for q, m in before.items()), "a finished run was trained again"
     assert len(after) == 3 * 3  # 3 rungs x (1 found + 2 baselines) x 1 seed x 1 lr
@@ -77,14 +139,18 @@ def test_a_ladder_runs_every_rung_resumes_after_kill_9_and_trains_nothing_twice(
         assert heading in text
     assert (searched / "ladder" / "ladder.png").is_file() and (searched / "ladder-2" / "report.md").is_file()
     assert json.loads((searched / "ladder" / "ladder.json").read_text())["rungs"]
-    # once more: every (architecture, rung) is done, nothing is trained
-    result = runner.invoke(app, ["ladder", str(searched), "--rungs", RUNGS, "--top", "1", "--seeds", "1",
-                                 "--jobs", "1"])
+    # once more: every (architecture, rung) is done, nothing is trained (the plots were checked above)
+    with pytest.MonkeyPatch.context() as mp:
+        _skip_plots(mp)
+        result = runner.invoke(app, [str(a) for a in args])
     assert result.exit_code == 0, result.output
     assert _runs(searched) == after
     # other settings for the same rungs are refused, naming the ones they were started with
     result = runner.invoke(app, ["ladder", str(searched), "--rungs", RUNGS, "--top", "1", "--seeds", "2"])
     assert result.exit_code == 2 and "seeds 1" in result.output
+    # each rung stores the shared settings and its own overrides, not the whole list (so a rung can be added)
+    stored = find_stage(handle, "ladder-1").user_attrs[A_STAGE]["settings"]
+    assert stored["rung"] == {"n_layers": 2} and "rungs" not in stored and stored["baselines"] == ["pre_ln", "post_ln"]
 
 
 @pytest.mark.parametrize("rungs, message", [
@@ -93,11 +159,154 @@ def test_a_ladder_runs_every_rung_resumes_after_kill_9_and_trains_nothing_twice(
     ("[{n_layers: 1}, {n_layers: 2}]", "three or more"),
     ("[{n_layers: 3}, {n_layers: 2}, {n_layers: 4}]", "not larger"),
     ("[{n_layers: 1}, {dropout: 0.1}, {n_layers: 3}]", "unknown setting"),
+    # typed as a recipe's model section is
+    ("[{n_layers: x}, {n_layers: 2}, {n_layers: 3}]", "ladder.rungs[0].n_layers must be an integer, not 'x'"),
+    ("[{n_layers: 1}, {d_model: 64.0}, {n_layers: 3}]", "ladder.rungs[1].d_model must be an integer, not 64.0"),
+    ("[{n_layers: 1}, {n_layers: 2}, {ffn_hidden: big}]", "ladder.rungs[2].ffn_hidden must be an integer or null"),
+    ("[{n_layers: true}, {n_layers: 2}, {n_layers: 3}]", "ladder.rungs[0].n_layers must be an integer, not True"),
+    ("[{n_layers: 0}, {n_layers: 2}, {n_layers: 3}]", "ladder.rungs[0] {n_layers: 0}: model.n_layers must be >= 1"),
+    ("[{d_model: 32}, {d_model: 64, mup_base_width: 32}, {d_model: 128}]", "mup_base_width differs between rungs"),
+    ("n_layers: 2", "--rungs must be a list of model overrides"),
+    ("[{n_layers: 1}, 2, {n_layers: 3}]", "ladder.rungs[1] must be a mapping"),
 ])
-def test_rungs_that_are_not_comparable_are_refused_in_one_line(searched, rungs, message):
+def test_rungs_that_are_not_comparable_or_badly_typed_are_refused_in_one_line(searched, rungs, message):
     result = runner.invoke(app, ["ladder", str(searched), "--rungs", rungs])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: ")
+
+
+def test_a_ladder_section_without_rungs_loads_and_the_rungs_must_be_a_list(tmp_path):
+    """The rungs may be left to the command line; a single mapping is not taken for a list of one."""
+    from normsearch.recipe import ladder_config
+
+    recipe = write_tiny_recipe(tmp_path)
+    recipe.write_text(recipe.read_text() + "ladder: {top: 1, seeds: 3}\n")
+    r = load_recipe(recipe)
+    assert r.ladder.rungs == [] and r.ladder.seeds == 3
+    with pytest.raises(NormsearchError, match="ladder.rungs must be a list"):
+        ladder_config({"rungs": {"n_layers": 2}})
+    with pytest.raises(NormsearchError, match="give the rungs"):
+        plan_rungs(r, r.ladder)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "9"], "trained with seeds 1, not 9; leave --seeds out"),
+    (["--top", "5"], "trained with top 1, not 5"),
+    (["--tokens-per-param", "5"], "trained with tokens_per_param null, not 5"),
+    (["--baselines", "pre_ln"], "trained with baselines [pre_ln, post_ln], not [pre_ln]"),
+    (["--rungs", "[{n_layers: 3}, {n_layers: 5}, {n_layers: 7}]"], "was trained as {n_layers: 1}"),
+    (["--lr", "transfer"], "ladder.lr transfer: under standard parametrisation"),
+])
+def test_report_only_refuses_settings_that_differ_from_the_stored_ones(laddered, args, message):
+    result = runner.invoke(app, ["ladder", str(laddered), "--report-only", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_report_only_alone_reports_the_stored_ladder_and_out_keeps_the_rung_reports_with_it(laddered, tmp_path,
+                                                                                             no_plots):
+    kept = {p: p.stat().st_mtime for p in laddered.glob("ladder-*/report.md")}
+    result = runner.invoke(app, ["ladder", str(laddered), "--report-only", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "x" / "ladder.md").read_text()
+    assert "top 1 found placement(s)" in text and "seeds 2000 to 2000" in text
+    assert (tmp_path / "x" / "ladder-0" / "report.md").is_file() and "(ladder-0/report.md)" in text
+    assert {p: p.stat().st_mtime for p in laddered.glob("ladder-*/report.md")} == kept  # not rewritten
+    result = runner.invoke(app, ["ladder", str(laddered.parent / "nothing-here"), "--report-only"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone(tmp_path, no_plots):
+    """Two learning rates and --lr-extend 1: with two points the best is at an end, so every rung adds
+    one point beyond it; the report lists each architecture's learning rates (the extension
+    included) and says the sweep was extended by the ladder's setting (the search's is 0). Then a
+    fourth rung after the stored three trains alone, and a rung changed in the middle is refused."""
+    study = _baselines_study(tmp_path, "sw", "{n_layers: 1, d_model: 16, n_heads: 2, context_length: 16}",
+                             "[1.0e-2, 3.0e-2]")
+    three = "[{n_layers: 1}, {n_layers: 2}, {n_layers: 3}]"
+    args = ["--top", "0", "--seeds", "1", "--lr-extend", "1", "--jobs", "1"]
+    result = runner.invoke(app, ["ladder", str(study), "--rungs", three, *args])
+    assert result.exit_code == 0, result.output
+    lrs = _lrs_trained(study)
+    assert sorted(lrs) == ["ladder-0", "ladder-1", "ladder-2"]
+    for rung in lrs.values():
+        (trained,) = rung.values()
+        assert len(trained) == 3 and set(trained) > {1e-2, 3e-2}, trained  # the sweep and one point past an end
+    text = (study / "ladder" / "ladder.md").read_text()
+    assert "extended by up to 1 point(s)" in text and "failed, all lrs" in text and "(sum of runs)" in text
+    (first,) = lrs["ladder-0"].values()
+    assert ", ".join(f"{x:g}" for x in first) in text.replace("**", "")
+    before = _runs(study)
+    result = runner.invoke(app, ["ladder", str(study), "--rungs", three[:-1] + ", {n_layers: 4}]", *args])
+    assert result.exit_code == 0, result.output
+    after = _runs(study)
+    assert all(after[q] == m for q, m in before.items()), "a rung already trained was trained again"
+    assert {q.parts[-4] for q in after if q not in before} == {"ladder-3"}
+    assert "at 4 sizes" in (study / "ladder" / "ladder.md").read_text()
+    stored = find_stage(open_results(study), "ladder-3").user_attrs[A_STAGE]["settings"]
+    assert stored["rung"] == {"n_layers": 4} and stored["lr_extend"] == 1 and stored["lr"] == "sweep"
+    result = runner.invoke(app, ["ladder", str(study), "--rungs", "[{n_layers: 1}, {n_layers: 3}, {n_layers: 5}]",
+                                 *args])
+    assert result.exit_code == 2 and "rung 1 of the ladder of study 'sw' was trained as {n_layers: 2}" in result.output
+
+
+def test_under_mup_a_width_ladder_transfers_the_learning_rate_and_skips_the_sweep(tmp_path, no_plots):
+    study = _baselines_study(tmp_path, "mu", "{n_layers: 1, d_model: 16, n_heads: 2, context_length: 16, "
+                             "parametrization: mup, mup_base_width: 16}", "[1.0e-2, 3.0e-2]", steps=100)
+    chosen = json.loads((study / "ranking.json").read_text())["rows"][0]["best_lr"]
+    assert chosen in (1e-2, 3e-2)  # the search's runs succeeded and chose one
+    result = runner.invoke(app, ["ladder", str(study), "--report-only"])
+    assert result.exit_code == 2 and "has no ladder yet" in result.output
+    result = runner.invoke(app, ["ladder", str(study), "--rungs", "[{d_model: 16}, {d_model: 32}, {d_model: 64}]",
+                                 "--top", "0", "--seeds", "1", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    lrs = _lrs_trained(study)
+    assert sorted(lrs) == ["ladder-0", "ladder-1", "ladder-2"]
+    assert all(v == [chosen] for rung in lrs.values() for v in rung.values()), lrs  # one lr: the search's
+    assert "transferred, not swept" in (study / "ladder" / "ladder.md").read_text()
+    stored = find_stage(open_results(study), "ladder-0").user_attrs[A_STAGE]["settings"]
+    assert stored["lr"] == "transfer"
+    # along depth the sweep is needed: transfer is refused, auto would sweep
+    result = runner.invoke(app, ["ladder", str(study), "--rungs", "[{n_layers: 1}, {n_layers: 2}, {n_layers: 3}]",
+                                 "--lr", "transfer", "--report-only"])
+    assert result.exit_code == 2 and "across width only, and these rungs vary n_layers" in result.output
+
+
+def test_a_ladder_stored_in_the_first_form_reports_the_same_numbers(tmp_path, no_plots):
+    """results/repro/repro-search: ladder-0..2 stored with the whole rung list in each rung's settings.
+    `--report-only` alone reads them, and the per-rung means, intervals, orders, fits and extrapolated
+    losses are those of the committed ladder.json (the tau/rho intervals are not: they are now drawn
+    from each mean's own interval, docs/statistics.md)."""
+    import shutil
+
+    src = ROOT / "results" / "repro" / "repro-search"
+    dst = tmp_path / "repro-search"
+    dst.mkdir()
+    for name in ("recipe.yaml", "study.db"):
+        shutil.copy(src / name, dst / name)
+    result = runner.invoke(app, ["ladder", str(dst), "--report-only", "--target", "1e7", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 0, result.output
+    now = json.loads((tmp_path / "x" / "ladder.json").read_text())
+    was = json.loads((ROOT / "results" / "ladder" / "ladder.json").read_text())
+    assert now["orders"] == was["orders"]
+    for arch, points in was["points"].items():
+        for p, q in zip(points, now["points"][arch]):
+            assert (q["rank"], q["n_runs"], q["n_failed"]) == (p["rank"], p["n_runs"], p["n_failed"])
+            assert [q["mean"], q["ci_low"], q["ci_high"]] == pytest.approx([p["mean"], p["ci_low"], p["ci_high"]])
+    for arch, f in was["fits"].items():
+        assert [now["fits"][arch][k] for k in ("E", "A", "alpha")] == pytest.approx([f[k] for k in ("E", "A", "alpha")])
+    assert [(g["tau"], g["rho"]) for g in now["agreements"]] == [(g["tau"], g["rho"]) for g in was["agreements"]]
+    assert [p["loss"] for p in now["extrapolation"]["projections"]] == \
+        pytest.approx([p["loss"] for p in was["extrapolation"]["projections"]])
+    assert sum(p["n_failed_all"] for ps in now["points"].values() for p in ps) == 9  # of 108, at lrs not chosen
+    text = (tmp_path / "x" / "ladder.md").read_text()
+    assert "top 2 found placement(s)" in text and "extended by up to 1 point(s)" in text
+    assert "| 5 | olmo2 (baseline) | 2.8633" in text  # at 8 layers its best lr is the extension's: flagged
+    olmo2 = next(line for line in text.splitlines() if line.startswith("| 5 | olmo2 (baseline) | 2.8633"))
+    assert "0.003, 0.01, **0.03333**" in olmo2 and "edge: upper bound" in olmo2
+    result = runner.invoke(app, ["ladder", str(dst), "--report-only", "--seeds", "3"])
+    assert result.exit_code == 2 and "trained with seeds 2, not 3" in result.output
 
 
 def test_tokens_grow_with_parameters_by_the_stated_ratio_up_to_the_cap(tmp_path):
@@ -115,11 +324,48 @@ def test_tokens_grow_with_parameters_by_the_stated_ratio_up_to_the_cap(tmp_path)
         LadderConfig(rungs=[{"d_model": 16}])
 
 
-def test_the_learning_rate_transfers_under_mup_and_is_swept_otherwise(tmp_path):
+def test_the_learning_rate_transfers_under_mup_along_width_only_and_is_swept_otherwise(tmp_path):
     from normsearch.stages.ladder import lr_mode
 
     cfg = LadderConfig(rungs=[{"d_model": 64}, {"d_model": 128}, {"d_model": 256}])
-    assert lr_mode(load_recipe(write_tiny_recipe(tmp_path)), cfg) == "sweep"
+    std = load_recipe(write_tiny_recipe(tmp_path))
+    assert lr_mode(std, cfg) == "sweep"
     mup = load_recipe(write_tiny_recipe(tmp_path), ["--model.parametrization", "mup", "--model.mup_base_width", "32"])
     assert lr_mode(mup, cfg) == "transfer"
     assert lr_mode(mup, LadderConfig(rungs=cfg.rungs, lr="sweep")) == "sweep"
+    depth = [{"n_layers": 1}, {"n_layers": 2}, {"n_layers": 3}]
+    heads = [{"d_model": 64, "n_heads": 2}, {"d_model": 128, "n_heads": 4}, {"d_model": 256, "n_heads": 8}]
+    base = [{"d_model": 64, "mup_base_width": 64}, {"d_model": 128, "mup_base_width": 64},
+            {"d_model": 256, "mup_base_width": 64}]
+    ffn = [{"d_model": 64, "ffn_hidden": 256}, {"d_model": 128, "ffn_hidden": 256}, {"d_model": 256, "ffn_hidden": 256}]
+    for rungs, why in ((depth, "these rungs vary n_layers"), (heads, "these rungs vary n_heads"),
+                       (base, "mup_base_width 64 is not the search's 32"), (ffn, "the FFN does not grow")):
+        assert lr_mode(mup, LadderConfig(rungs=rungs)) == "sweep"  # auto sweeps where muP does not transfer
+        with pytest.raises(NormsearchError, match=why):
+            lr_mode(mup, LadderConfig(rungs=rungs, lr="transfer"))
+    with pytest.raises(NormsearchError, match="under standard parametrisation the best learning rate moves"):
+        lr_mode(std, LadderConfig(rungs=cfg.rungs, lr="transfer"))
+
+
+def test_an_empty_baseline_list_means_no_baselines_for_the_entries_and_the_workers(searched, monkeypatch):
+    """`baselines: []` (or --baselines '') is no baseline, not "the search's": the entries hold the
+    found placements alone, and the workers are told --baselines '' (they read an empty list)."""
+    from types import SimpleNamespace
+
+    import normsearch.cli as cli
+    import normsearch.search._workers as workers
+    import normsearch.stages.ladder as ladder
+    from normsearch.stages.ladder import entries
+
+    parent = open_results(searched)
+    cfg = LadderConfig(rungs=[{"n_layers": 1}, {"n_layers": 2}, {"n_layers": 3}], top=1, baselines=[])
+    found = entries(parent, cfg, "sweep")
+    assert len(found) == 1 and found[0].baseline is None
+    seen = {}
+    monkeypatch.setattr(workers, "plan_workers", lambda *a, **k: [SimpleNamespace(name="w0"), SimpleNamespace(name="w1")])
+    monkeypatch.setattr(workers, "run_workers", lambda study, extra, *a, **k: seen.setdefault("extra", extra) and [0, 0])
+    monkeypatch.setattr(ladder, "open_rungs", lambda *a, **k: [])
+    monkeypatch.setattr(cli, "_workers_ended", lambda *a, **k: None)
+    cli._ladder_workers(str(searched), parent, cfg, 2, False)
+    extra = seen["extra"]
+    assert extra[extra.index("--baselines") + 1] == ""

@@ -1,7 +1,10 @@
 """normsearch.stats.ladder on synthetic ladders whose truth is set here: a preserved order agrees
-(tau = 1, narrow interval), a planted reversal is named and one inside the noise is labelled so, a
-planted power law is recovered, crossing curves are warned of, three rungs say the fit is exactly
-determined, and architectures that failed every run rank last. Fixed numpy seeds throughout."""
+(tau = 1, narrow interval), the interval widens with the seeds' noise, a planted reversal is named
+(between any two rungs) and one inside the noise is labelled so, a planted power law is recovered,
+crossing curves (or crossing draws) are warned of, three rungs say the fit is exactly determined,
+architectures that failed every run rank last, are named at every such rung and do not make the
+orders agree, and failures at every learning rate are kept beside the chosen one's. Fixed numpy
+seeds throughout."""
 
 import json
 import math
@@ -62,6 +65,23 @@ def test_a_preserved_order_gives_tau_one_with_a_narrow_interval():
     assert "No pair of architectures changes order" in "\n".join(ladder_lines(st))
 
 
+def test_the_interval_widens_as_seed_noise_grows():
+    """Two seeds per architecture and rung: a mean resampled from two seeds takes three values, so a
+    seed bootstrap gave tau intervals far narrower than the per-rung intervals (a lower bound of
+    +0.73 here at sigma 0.01). Drawn from each mean's own t-interval, the interval widens with the
+    noise, and at noise half the gaps it reaches well below 0.5."""
+    truth = {f"a{i}": law(2.0 + 0.02 * i, 1.5, 0.3) for i in range(6)}
+    lows = []
+    for sigma in (0.002, 0.01, 0.04):
+        st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=2, sigma=sigma, seed=3), n_boot=1000)
+        lows.append(st.agreements[0].tau_ci[0])
+        assert st.agreements[0].tau_ci[1] == 1.0 or sigma > 0.01
+    assert lows[0] > lows[1] > lows[2], lows
+    assert lows[1] < 0.5 and lows[2] < 0.0, lows
+    assert len(st.few_seeds) == 18 and "**Fewer than 3 successful seeds** behind every mean (2 each)" in \
+        "\n".join(ladder_lines(st))
+
+
 def test_a_noisy_order_has_a_wide_interval():
     """The same ladder, with noise as large as the gaps: the interval must widen well below 1."""
     truth = {f"a{i}": law(2.0 + 0.005 * i, 1.5, 0.3) for i in range(5)}
@@ -98,6 +118,20 @@ def test_a_planted_power_law_is_recovered_from_four_rungs():
     assert f.A == pytest.approx(1.5 * 1e5 ** 0.3, rel=0.2)
     assert f.E_ci[0] <= 2.0 <= f.E_ci[1] and f.alpha_ci[0] <= 0.3 <= f.alpha_ci[1]
     assert f.E_ci[1] - f.E_ci[0] < 0.2
+
+
+def test_a_reversal_between_rungs_that_are_neither_adjacent_nor_first_and_last_is_named():
+    """Four rungs: a ahead of b at r0, r1 and r3, behind at r2. The reversal r0 -> r2 (and r1 -> r2,
+    r2 -> r3) is named; only adjacent and first-last pairs would have missed r0 -> r2."""
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3)}
+    rungs = ladder(truth, n_seeds=4, sigma=0.002, seed=6)
+    r2 = rungs[2].archs
+    r2["a"].losses, r2["b"].losses = r2["b"].losses, r2["a"].losses
+    st = analyse_ladder(rungs, n_boot=200)
+    found = {(r.rung_a, r.rung_b, r.kind) for r in st.reversals}
+    assert ("r0", "r2", "other") in found and ("r1", "r2", "adjacent") in found and ("r2", "r3", "adjacent") in found
+    assert not any(r.rung_a == "r0" and r.rung_b == "r3" for r in st.reversals)  # the same order at both ends
+    assert "from r0 to r2" in "\n".join(ladder_lines(st))
 
 
 def test_the_profile_solver_agrees_with_curve_fit():
@@ -140,6 +174,19 @@ def test_crossing_curves_give_the_warning():
     assert near.crossings == [] and near.order[0] == "slow"
 
 
+def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_cross():
+    """Parallel laws 0.02 apart: with little noise no warning; with more, the fitted curves still do
+    not cross before N*, but more than 10% of the draws' curves do, and that is warned of."""
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.02, 1.5, 0.3)}
+    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.005, seed=4), target=1e8, n_boot=500)
+    assert quiet.extrapolation.crossings == []
+    noisy = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.01, seed=4), target=1e8, n_boot=500)
+    (c,) = noisy.extrapolation.crossings
+    assert c.at is None and c.p_cross > 0.1 and {c.a, c.b} == {"a", "b"}
+    text = "\n".join(ladder_lines(noisy))
+    assert f"do not cross before N*, but the curves of {c.p_cross:.0%} of the draws do" in text
+
+
 def test_extrapolation_gives_intervals_and_p_best():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.2, 1.5, 0.3)}
     x = analyse_ladder(ladder(truth), target=1e8, n_boot=500).extrapolation
@@ -157,13 +204,49 @@ def test_architectures_that_failed_every_run_rank_last():
     assert set(st.orders["r3"][-2:]) == {"c", "d"}
     last = {p.rung: p for p in st.points["d"]}
     assert last["r3"].rank == 3 and {p.rung: p for p in st.points["c"]}["r3"].rank == 3  # they share last place
-    g = st.agreement("r2", "r3")  # d ties with c at r3: tau-b over the hurdle places, as scipy has it
-    assert g.tau == pytest.approx(sps.kendalltau([1, 2, 3, 4], [1, 2, 3.5, 3.5]).statistic)
+    g = st.agreement("r2", "r3")  # c failed every run at r3, d at both: left out, not tied last
+    assert g.archs == ["a", "b"] and g.left_out == ["c", "d"] and g.tau == 1.0
+    assert st.agreement("r0", "r1").left_out == [] and len(st.agreement("r0", "r1").archs) == 4
     rev = next(r for r in st.reversals if (r.a, r.b, r.kind) == ("d", "a", "adjacent"))
     assert rev.at_b.by == "failures" and rev.at_b.method == "fisher" and rev.at_b.diff == 1.0
-    assert st.fits["d"].reason.startswith("2 rung(s)") and "no fit" in st.extrapolation.left_out["d"]
+    assert st.all_failed == {"d": ["r2", "r3"], "c": ["r3"]}
+    assert st.fits["d"].reason.startswith("every run failed at r2, r3; 2 rung(s)")
+    assert "every run failed at r2" in st.extrapolation.left_out["d"]
     assert "c" not in st.extrapolation.order and "largest rung" in st.extrapolation.left_out["c"]
-    assert "every run failed (5/5)" in "\n".join(ladder_lines(st))
+    text = "\n".join(ladder_lines(st))
+    assert "every run failed (5/5)" in text and "**Every run of `d` failed at r2, r3.**" in text
+
+
+def test_architectures_that_failed_everywhere_do_not_make_the_orders_agree():
+    """Three that trained, in reversed order at r1, beside three that failed every run at both: tied
+    last at both, the failures would add 9 concordant pairs and a positive tau to a reversed order."""
+    truth = {"x": law(2.0, 1.5, 0.3), "y": law(2.1, 1.5, 0.3), "z": law(2.2, 1.5, 0.3)}
+    rungs = ladder(truth, sizes=SIZES[:3])
+    for r in rungs:
+        for f in ("f1", "f2", "f3"):
+            r.archs[f] = RungArch({}, n_diverged=2)
+    r1 = rungs[1].archs  # reverse x, y, z at r1
+    r1["x"].losses, r1["z"].losses = r1["z"].losses, r1["x"].losses
+    st = analyse_ladder(rungs, n_boot=300)
+    g = st.agreement("r0", "r1")
+    assert g.archs == ["x", "y", "z"] and g.left_out == ["f1", "f2", "f3"]
+    assert g.tau == -1.0 and g.rho == -1.0 and g.tau_ci[1] < 0
+    assert "| **r0 → r1** | 3 | f1, f2, f3 | -1.00" in "\n".join(ladder_lines(st))
+
+
+def test_a_rung_where_every_run_failed_is_flagged_wherever_it_is():
+    """A failure at a middle rung is flagged too, and one at the largest of three rungs is the reason
+    for the missing fit (not only "2 rungs")."""
+    truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "m": law(2.2, 1.5, 0.3)}
+    st = analyse_ladder(ladder(truth, failed={("m", 1): 3, ("b", 3): 2}), target=1e8, n_boot=200)
+    assert st.all_failed == {"m": ["r1"], "b": ["r3"]}
+    assert st.fits["m"].ok and any("every run failed at r1" in n for n in st.fits["m"].notes)
+    text = "\n".join(ladder_lines(st))
+    assert "**Every run of `m` failed at r1.**" in text
+    assert "`m` is extrapolated from the rungs where it trained; every run failed at r1" in text
+    three = analyse_ladder(ladder(truth, sizes=SIZES[:3], failed={("b", 2): 2}), target=1e8, n_boot=200)
+    assert three.fits["b"].reason.startswith("every run failed at r2")
+    assert three.extrapolation.left_out["b"].startswith("no fit: every run failed at r2")
 
 
 def test_a_rung_from_runs_orders_as_analyse():
@@ -178,7 +261,31 @@ def test_a_rung_from_runs_orders_as_analyse():
     rung = rung_from_runs("r0", runs, {"x": 1e5, "y": 1.1e5, "z": 1e5, "w": 1e5})
     assert rung.order() == list(analyse(runs).archs)
     assert rung.size_of("y") == 1.1e5 and rung.archs["w"].failure_rate == 1.0
-    assert rung.archs["z"].n_failed == 0  # z scored at 3e-3, where nothing failed
+    z = rung.archs["z"]
+    assert z.n_failed == 0 and z.n_runs == 3  # z scored at 3e-3, where nothing failed
+    assert z.n_failed_all == 1 and z.n_runs_all == 6  # but one run failed at 1e-3, and it counts over the rung
+    assert z.lr == 3e-3 and z.lrs == (1e-3, 3e-3) and z.at_edge  # the larger end of two: not bracketed
+    assert rung.archs["w"].n_failed_all == 3 and not rung.archs["w"].at_edge
+
+
+def test_failures_at_every_learning_rate_are_reported_beside_the_chosen_ones():
+    runs = []
+    for a in ("p", "q"):
+        for lr in (1e-3, 3e-3, 1e-2):
+            for s in range(2):
+                bad = lr == 1e-2 and a == "p"  # p diverges at the largest lr, never at its chosen one
+                runs.append(Run(a, s, lr, None if bad else 3.0 - (a == "q") * 0.1 + abs(math.log10(lr / 3e-3)) * 0.1
+                                + 0.01 * s * (1 + (a == "q")), diverged=bad))
+    rungs = [rung_from_runs(f"r{k}", runs, 10.0 ** (5 + k)) for k in range(3)]
+    st = analyse_ladder(rungs, n_boot=100)
+    p = st.points["p"][0]
+    assert (p.n_failed, p.n_runs, p.n_failed_all, p.n_runs_all) == (0, 2, 2, 6)
+    assert p.lr == 3e-3 and not p.at_edge and st.at_edge == []
+    assert p.failure_rate == 0.0 and p.failure_rate_all == pytest.approx(1 / 3)
+    assert "failed 0/2 at its lr, 2/6 at any" in "\n".join(ladder_lines(st))
+    fig = ladder_plot(st)
+    ys = [list(line.get_ydata()) for line in fig.axes[1].get_lines() if len(line.get_ydata()) == 3]
+    assert [pytest.approx(1 / 3)] * 3 in ys  # the failure panel plots every run of the rung, not only the chosen lr
 
 
 def test_reproducible_and_json_ready(tmp_path):
@@ -188,7 +295,8 @@ def test_reproducible_and_json_ready(tmp_path):
     d = one.to_dict()
     assert json.loads(json.dumps(d)) == two.to_dict()
     assert d["fits"]["a"]["status"] == "fit" and "draws" not in d["fits"]["a"]
-    assert d["agreements"][0]["tau"] is not None
+    assert d["agreements"][0]["tau"] is None and d["agreements"][0]["left_out"] == ["b"]  # b failed all at r0
+    assert d["agreements"][-1]["tau"] is not None
 
 
 def test_the_ladder_plot_draws(tmp_path):
