@@ -5,7 +5,7 @@ split. Validation chose; the test split and seeds that chose nothing confirm."""
 from __future__ import annotations
 
 from ._open import StudyHandle
-from ._stages import find_stage, search_finished, stage_recipe  # noqa: F401 (search_finished: its old home)
+from ._stages import find_stage, stage_recipe
 
 KIND = "confirm"
 

@@ -23,7 +23,8 @@ from ..config import ModelConfig, from_mapping, to_mapping
 from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe, ladder_config
 from ..search._open import StudyHandle
-from ..search._stages import A_STAGE, Entry, Stage, StageSearch, find_stage, open_stage, stage_names, stage_recipe
+from ..search._stages import (A_STAGE, Entry, Stage, StageSearch, find_stage, open_stage, search_finished, stage_names,
+                              stage_recipe)
 
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
@@ -296,13 +297,11 @@ def resolve_ladder(parent: StudyHandle, given: dict, report_only: bool = False) 
 def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, StudyHandle, Stage]]:
     """Create or resume every rung's stage: a stored rung is resumed only with the settings it was
     created with (checked here with the stored value named; then open_stage checks them verbatim)."""
-    from ..search._confirm import search_finished
-
     rungs = plan_rungs(parent.recipe, cfg)
     mode = lr_mode(parent.recipe, cfg, [r.recipe.model for r in rungs])
     stored = stored_rungs(parent)
     check_stored(parent, cfg, mode, stored)
-    if find_stage(parent, kind_of(0)) is None:
+    if find_stage(parent, kind_of(0)) is None:  # before ranking it: "not finished" is the error to give
         search_finished(parent)
     found = entries(parent, cfg, mode)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))

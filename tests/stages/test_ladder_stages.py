@@ -274,21 +274,24 @@ def test_under_mup_a_width_ladder_transfers_the_learning_rate_and_skips_the_swee
 
 
 def test_a_ladder_stored_in_the_first_form_reports_the_same_numbers(tmp_path, no_plots):
-    """results/repro/repro-search: ladder-0..2 stored with the whole rung list in each rung's settings.
+    """tests/fixtures/ladder_v1 (results/repro/repro-search at a916cf8): ladder-0..2 stored with the whole
+    rung list in each rung's settings.
     `--report-only` alone reads them, and the per-rung means, intervals, orders, fits and extrapolated
     losses are those of the committed ladder.json (the tau/rho intervals are not: they are now drawn
     from each mean's own interval, docs/statistics.md)."""
+    import gzip
     import shutil
 
-    src = ROOT / "results" / "repro" / "repro-search"
+    src = ROOT / "tests" / "fixtures" / "ladder_v1"
     dst = tmp_path / "repro-search"
     dst.mkdir()
-    for name in ("recipe.yaml", "study.db"):
-        shutil.copy(src / name, dst / name)
+    shutil.copy(src / "recipe.yaml", dst / "recipe.yaml")
+    with gzip.open(src / "study.db.gz") as f, open(dst / "study.db", "wb") as out:
+        shutil.copyfileobj(f, out)
     result = runner.invoke(app, ["ladder", str(dst), "--report-only", "--target", "1e7", "--out", str(tmp_path / "x")])
     assert result.exit_code == 0, result.output
     now = json.loads((tmp_path / "x" / "ladder.json").read_text())
-    was = json.loads((ROOT / "results" / "ladder" / "ladder.json").read_text())
+    was = json.loads((src / "ladder.json").read_text())
     assert now["orders"] == was["orders"]
     for arch, points in was["points"].items():
         for p, q in zip(points, now["points"][arch]):
