@@ -158,10 +158,31 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
     return out
 
 
+def confirmed_order(parent: StudyHandle) -> list[str]:
+    """The found placements (arch ids) of the search's confirmation, best first by the confirmed
+    ranking; empty when the search has none (or it ranked no found placement)."""
+    from ..ranking import rank
+    from ..search._confirm import confirm_handle
+
+    stage = confirm_handle(parent)
+    if stage is None:
+        return []
+    return [r.arch_id for r in rank(stage, against=[]).ranked if r.rank is not None and not r.is_baseline]
+
+
+def top_found(parent: StudyHandle, rows: list, k: int) -> list:
+    """The top ``k`` found placements of the search's ranked ``rows``: in the confirmed order when the
+    search has a confirmation (its verdicts are the study's), then the rest in the search's order."""
+    found = [r for r in rows if not r.is_baseline]
+    confirmed = confirmed_order(parent)
+    found.sort(key=lambda r: confirmed.index(r.arch_id) if r.arch_id in confirmed else len(confirmed))  # stable
+    return found[:k]
+
+
 def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
-    """The top ``cfg.top`` found placements and the baselines. Under transfer each keeps the learning
-    rate the search chose for it (a baseline the search did not run is refused); under sweep the rung
-    sweeps them all."""
+    """The top ``cfg.top`` found placements (:func:`top_found`) and the baselines. Under transfer each
+    keeps the learning rate the search chose for it (a baseline the search did not run is refused);
+    under sweep the rung sweeps them all."""
     from ..baselines import baseline
     from ..ranking import rank
 
@@ -169,7 +190,7 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
     by_label = {r.label: r for r in rows}
     bases = cfg.baselines if cfg.baselines is not None else list(parent.recipe.search.baselines)
     out = []
-    for r in [r for r in rows if not r.is_baseline][:cfg.top]:
+    for r in top_found(parent, rows, cfg.top):
         out.append(Entry(r.label, r.arch_id, r.placement, [float(r.best_lr or parent.recipe.train.lr[0])],
                          search_rank=r.rank, search_mean=r.score_mean, search_ci=(r.ci_low, r.ci_high),
                          search_seeds=r.n_seeds))

@@ -48,6 +48,18 @@ def _trained(r0, cfg, rungs, mode: str) -> str:
     return text + ", each architecture scored at its best"
 
 
+def _chosen_by(parent, rankings) -> str:
+    """Which ranking chose the ladder's found placements: the confirmation's, when the search has one
+    whose order they follow, else the search's."""
+    from .ladder import confirmed_order
+
+    found = [r.arch_id for r in rankings[0].rows if not r.is_baseline] if rankings else []
+    confirmed = confirmed_order(parent)
+    if found and set(found) == set(confirmed[:len(found)]):
+        return "the top of the confirmation's ranking, fresh seeds and the test split"
+    return "the top of the search's ranking"
+
+
 def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
                     mode: str = "sweep", folders=None) -> str:
     """The whole ``ladder.md``. ``folders``: where each rung's own report was written (linked
@@ -63,8 +75,10 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
                    if cfg.tokens_per_param is not None else f"the search's {r0.train.steps} steps at every rung")
     cap = f", capped at {cfg.max_steps} steps" if cfg.max_steps is not None else ""
     bases = cfg.baselines if cfg.baselines is not None else r0.search.baselines
+    found = [r.label for r in rankings[0].rows if not r.is_baseline] if rankings else []
     lines += ["## What was trained", "",
-              f"The search's top {cfg.top} found placement(s) and the baselines "
+              f"The top {cfg.top} found placement(s) ({', '.join(found) or 'none'}; {_chosen_by(parent, rankings)}) "
+              f"and the baselines "
               f"{', '.join(bases) or '(none)'}, retrained at {n_planned} sizes on fresh seeds "
               f"{cfg.first_seed} to {cfg.first_seed + cfg.seeds - 1}; tokens: {tokens_rule}{cap}; learning rate: "
               f"{_trained(r0, cfg, rungs, mode)}. Same data, tokenizer, vocabulary and context at every rung; scored "
