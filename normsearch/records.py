@@ -26,6 +26,7 @@ A_FAILED, A_RUNS = "failure", "runs"  # A_RUNS: the list of run keys; each run i
 A_RECIPE = "recipe"  # a study attribute: the resolved recipe, stored once
 A_LR_EXTENDED = "lr_extended"  # learning rates the extending sweep added to train.lr, in order
 A_TASK, A_SEEDS, A_LRS = "task", "task_seeds", "task_lrs"  # a stage's trial: its key, seeds and learning rates
+STAGE_SEP = "/"  # a stage of study S is the study S/<kind> (confirm, ladder-<i>): a name no recipe can take
 RUN_PREFIX = "run:"
 
 

@@ -19,13 +19,18 @@ FOUND_STYLE = {"linestyle": "-", "linewidth": 2.0}
 BASE_STYLE = {"linestyle": "--", "linewidth": 1.5}
 PLOT_NAMES = ("loss_curves", "residual_rms", "grad_norm", "attention_logits", "loss_vs_lr", "search_value",
               "importance", "site_effects", "history")
-#: the plots of a search's sampler and space: a stage (a fixed list of architectures) has none of them
+#: the plots of a search's sampler and space: a stage (a fixed list of architectures retrained after
+#: the search) has none of them
 SEARCH_PLOTS = ("search_value", "importance", "site_effects", "history")
 
 
 def searched(ranking) -> bool:
-    """Whether the ranked study searched a space (a stage retrains a fixed list: no sampler to judge)."""
-    return ranking.recipe is None or ranking.recipe.space is not None
+    """Whether the ranked study is a search (of a space, or of baselines alone), not one of its stages
+    (named ``<study>/<stage>``, a name no recipe can take), which retrain a fixed list: no sampler to
+    judge, no trial order to plot."""
+    from ..records import STAGE_SEP
+
+    return STAGE_SEP not in ranking.study
 
 
 def _figure(width: float = 7.5, height: float = 4.8, ncols: int = 1):

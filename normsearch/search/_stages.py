@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import NormsearchError
 from ..recipe import Recipe
-from ..records import A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, ArchRecord, run_key
+from ..records import A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, STAGE_SEP, ArchRecord, run_key
 from ..spec import Placement
 from ..storage import open_storage, retry
 from . import _optuna
@@ -36,7 +36,6 @@ from ._open import StudyHandle
 A_STAGE = "stage"  # a stage study's attribute: kind, settings and its entries
 A_ROUND = "racing_round_"  # + n: one round of racing (what it saw and what it added)
 A_RACE_END = "racing_end"  # why racing stopped
-STAGE_SEP = "/"
 
 
 @dataclass

@@ -67,3 +67,15 @@ def run_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None, display=No
     handle, stage = open_confirm(parent, cfg, racing)
     StageSearch(handle, stage, display, verbose).run()
     return handle
+
+
+def confirmed_order(parent: StudyHandle) -> list[str]:
+    """The found placements (arch ids) of the search's confirmation, best first by the confirmed
+    ranking; empty when the search has none (or it ranked no found placement)."""
+    from ..ranking import rank
+    from ..search._confirm import confirm_handle
+
+    stage = confirm_handle(parent)
+    if stage is None:
+        return []
+    return [r.arch_id for r in rank(stage, against=[]).ranked if r.rank is not None and not r.is_baseline]

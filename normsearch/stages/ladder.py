@@ -158,21 +158,11 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
     return out
 
 
-def confirmed_order(parent: StudyHandle) -> list[str]:
-    """The found placements (arch ids) of the search's confirmation, best first by the confirmed
-    ranking; empty when the search has none (or it ranked no found placement)."""
-    from ..ranking import rank
-    from ..search._confirm import confirm_handle
-
-    stage = confirm_handle(parent)
-    if stage is None:
-        return []
-    return [r.arch_id for r in rank(stage, against=[]).ranked if r.rank is not None and not r.is_baseline]
-
-
 def top_found(parent: StudyHandle, rows: list, k: int) -> list:
     """The top ``k`` found placements of the search's ranked ``rows``: in the confirmed order when the
     search has a confirmation (its verdicts are the study's), then the rest in the search's order."""
+    from .confirm import confirmed_order
+
     found = [r for r in rows if not r.is_baseline]
     confirmed = confirmed_order(parent)
     found.sort(key=lambda r: confirmed.index(r.arch_id) if r.arch_id in confirmed else len(confirmed))  # stable

@@ -51,7 +51,7 @@ def _trained(r0, cfg, rungs, mode: str) -> str:
 def _chosen_by(parent, rankings) -> str:
     """Which ranking chose the ladder's found placements: the confirmation's, when the search has one
     whose order they follow, else the search's."""
-    from .ladder import confirmed_order
+    from .confirm import confirmed_order
 
     found = [r.arch_id for r in rankings[0].rows if not r.is_baseline] if rankings else []
     confirmed = confirmed_order(parent)

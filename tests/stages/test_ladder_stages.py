@@ -377,11 +377,12 @@ def test_an_empty_baseline_list_means_no_baselines_for_the_entries_and_the_worke
 def test_the_ladder_takes_its_top_from_the_confirmation_when_the_search_has_one(monkeypatch):
     from types import SimpleNamespace
 
+    import normsearch.stages.confirm as confirm
     import normsearch.stages.ladder as ladder
 
     rows = [SimpleNamespace(arch_id=a, is_baseline=b) for a, b in (("A", False), ("P", True), ("B", False), ("C", False))]
-    monkeypatch.setattr(ladder, "confirmed_order", lambda parent: [])
+    monkeypatch.setattr(confirm, "confirmed_order", lambda parent: [])
     assert [r.arch_id for r in ladder.top_found(None, rows, 2)] == ["A", "B"]  # no confirmation: the search's order
-    monkeypatch.setattr(ladder, "confirmed_order", lambda parent: ["C", "A"])
+    monkeypatch.setattr(confirm, "confirmed_order", lambda parent: ["C", "A"])
     assert [r.arch_id for r in ladder.top_found(None, rows, 2)] == ["C", "A"]  # the confirmed verdicts' order
     assert [r.arch_id for r in ladder.top_found(None, rows, 3)] == ["C", "A", "B"]  # then the search's
