@@ -323,3 +323,31 @@ def test_a_racing_round_another_worker_stored_first_is_adopted_not_overwritten(t
     # round 0's tasks are not trained yet: a worker that looks now trains them instead of deciding round 1
     stage.decide = lambda *a: pytest.fail("decided a round while the last one was untrained")
     assert worker.race(done) is True
+
+
+def test_run_resumes_after_kill_9_in_the_confirmation_it_started_after_the_search(tmp_path):
+    """`normsearch run` on a recipe with confirm and racing, as the quickstart: killed (-9, its whole
+    process group) once the confirmation has finished a run, then run again, it trains no finished run
+    again and ends with the confirmed report."""
+    recipe = write_tiny_recipe(tmp_path, "killrun", steps=30, trials=1)
+    text = recipe.read_text().replace("startup_trials: 2,", "startup_trials: 2, racing: {budget: 2, p_best: 0.99},")
+    recipe.write_text(text + CONFIRM)
+    folder = tmp_path / "results" / "killrun"
+    p = _cli("run", recipe, "--train.lr", "[1.0e-2]")
+    deadline = time.time() + 240
+    while time.time() < deadline and not list((folder / "confirm" / "runs").glob("*/seed*.json")):
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    search = {q: q.stat().st_mtime for q in (folder / "runs").glob("*/seed*.json")}
+    confirmed = {q: q.stat().st_mtime for q in (folder / "confirm" / "runs").glob("*/seed*.json")}
+    assert len(search) == 3 * 2 and confirmed, "killed before the confirmation had a run"
+    p = _cli("run", recipe, "--train.lr", "[1.0e-2]")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert all(q.stat().st_mtime == m for q, m in {**search, **confirmed}.items()), "a finished run was trained again"
+    runs = list((folder / "confirm" / "runs").glob("*/seed*.json"))
+    attrs = confirm_handle(open_results(folder)).study.user_attrs
+    extra = sum(len(v["added"]) for k, v in attrs.items() if k.startswith("racing_round_"))
+    assert len(runs) == 3 * 2 + extra and attrs["racing_end"]["stop"]
+    assert "## Confirmed verdicts" in (folder / "report.md").read_text()
