@@ -134,38 +134,12 @@ def _die_with_parent():  # pragma: no cover - runs in the child between fork and
         pass
 
 
-#: what the report after the workers imports first (statsmodels, matplotlib: 3 to 4 s of one core)
-REPORT_MODULES = ("optuna", "scipy.stats", "statsmodels.api", "matplotlib.figure", "matplotlib.backends.backend_agg",
-                  "normsearch.report")
-
-
-def _warm(modules) -> None:
-    """Import ``modules`` in this thread at the lowest CPU priority, so that it runs only on a core the
-    workers leave idle: the parent of local workers waits while they train, then writes the report,
-    whose imports are then done. Linux only, where a thread's nice value is its own; elsewhere it
-    would renice the whole parent, or another process, so nothing is done."""
-    import importlib
-
-    if sys.platform != "linux":
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        return
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # the report will say what is missing; warming is only a head start
-            return
-
-
 def run_workers(recipe_path: Path, extra: list[str], workers: list[Worker], url: str, verbose: bool,
-                view, sigterm=lambda: False, command: str = "run", warm=REPORT_MODULES) -> list[int]:
+                view, sigterm=lambda: False, command: str = "run") -> list[int]:
     """Start the workers, feed their progress (JSON lines) to ``view.handle``, and wait for them.
     Returns their exit codes. A Ctrl-C reaches the workers too, and they mark their trials before they
     exit with 130; a SIGTERM reaches this process only (``sigterm()`` says which it was), so it is
-    passed on to them. The storage URL goes to them in their environment, never on a command line.
-    Meanwhile ``warm`` (the report's modules) is imported here on idle cycles (:func:`_warm`)."""
+    passed on to them. The storage URL goes to them in their environment, never on a command line."""
     procs = []
     for i, w in enumerate(workers):
         cmd = [sys.executable, "-m", "normsearch", command, str(recipe_path), *extra, *w.args,
@@ -177,8 +151,6 @@ def run_workers(recipe_path: Path, extra: list[str], workers: list[Worker], url:
                for p in procs]
     for t in readers:
         t.start()
-    if warm:
-        threading.Thread(target=_warm, args=(warm,), daemon=True, name="warm-report").start()
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # the workers got the same Ctrl-C: let them mark their trials

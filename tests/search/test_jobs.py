@@ -165,24 +165,3 @@ def test_auto_jobs_split_the_cores_by_model_size(tmp_path, monkeypatch, d_model,
     on_gpus = plan_workers("auto", r, [[0], [1]], gpu=True)
     assert [(w.name, w.env) for w in on_gpus] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
                                                   ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"})]
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
-def test_the_parent_warms_the_reports_imports_at_the_lowest_priority_without_renicing_itself():
-    import threading
-
-    from normsearch.search._workers import _warm
-
-    sys.modules.pop("json.tool", None)
-    seen = {}
-
-    def warm():
-        _warm(["json.tool", "no_such_module_anywhere", "email.mime.text"])
-        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    t = threading.Thread(target=warm)
-    t.start()
-    t.join()
-    assert seen["nice"] == 19 and os.getpriority(os.PRIO_PROCESS, 0) == before  # that thread only
-    assert "json.tool" in sys.modules  # imported; a missing module ends the warming, quietly
