@@ -27,7 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .records import A_ARCH, A_FAILED, ArchRecord, RunResult, run_keys, trial_runs
+from .records import A_ARCH, A_FAILED, STAGE_SEP, ArchRecord, RunResult, run_keys, trial_runs
 from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
@@ -260,7 +260,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
         history.append(HistoryPoint(t.number, r.label, rec.arch_id, t.state.name,
                                     r.score_mean if t.state.name == "COMPLETE" and r.rank is not None else None,
                                     bool(rec.baseline), rec.reused_from is not None))
-    judgement.search = _search_value(history) if recipe.space is not None else None  # a stage searched nothing
+    judgement.search = None if STAGE_SEP in study.study_name else _search_value(history)  # a stage searched nothing
     labels = {r.label for r in rows if r.rank is not None}
     return Ranking(
         study=study.study_name, objective=objective, rows=rows, n_trials=counts, running=counts.get("RUNNING", 0),

@@ -27,7 +27,15 @@ def racing_summary(stage_attrs: dict[str, Any], confirmed: Ranking, seeds: int) 
     most = max((len({x.seed for x in r.runs}) for r in rows), default=seeds)
     fixed = len(rows) * most
     return {"rounds": len(rounds), "extra_runs": sum(len(r.get("added", [])) for r in rounds),
-            "stop": (end or {}).get("stop"), "runs": runs, "fixed_design_runs": fixed, "max_seeds": most}
+            "stop": (end or {}).get("stop"), "reason": _reason(end or {}), "runs": runs, "fixed_design_runs": fixed,
+            "max_seeds": most}
+
+
+def _reason(end: dict) -> str | None:
+    """Why racing stopped, as a word (stages stored before the word was recorded have the sentence)."""
+    if end.get("reason") or not end.get("stop"):
+        return end.get("reason")
+    return "budget" if str(end["stop"]).startswith("budget") else None
 
 
 def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, Any], report_path: str) -> list[str]:
@@ -79,7 +87,7 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
     if race:
         stopped = race["stop"] or "it has not finished"
         base = race["runs"] - race["extra_runs"]
-        unsettled = str(race["stop"]).startswith("budget")
+        unsettled = race["reason"] == "budget"
         lines.append(f"- **Racing** added {race['extra_runs']} run(s) over {race['rounds']} round(s) to the "
                      f"architectures whose rank interval reached the leader's; it stopped: {stopped}. Against the "
                      f"fixed design it replaced ({len(seeds)} seeds each, {base} runs) it spent "
@@ -110,7 +118,7 @@ def _first_lines(search: Ranking, confirmed: Ranking, info: dict[str, Any]) -> l
     top = (info.get("settings") or {}).get("top")
     trained = [e["arch_id"] for e in info.get("entries") or [] if not e.get("baseline")]
     now = [r.arch_id for r in search.ranked if not r.is_baseline][:top] if top is not None else trained
-    if now != trained:
+    if set(now) != set(trained):  # another order of the same top K changes nothing the confirmation trained
         by_arch = {r.arch_id: r.label for r in search.rows}
         out.append(f"- **The search has changed since this confirmation was made**: its top {top} found placements "
                    f"are now {', '.join(by_arch.get(a, a) for a in now) or 'none'}, the confirmation trained "

@@ -133,8 +133,10 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     out_dir = Path(out_dir)
     check_out_dir(out_dir, overwrite)
     ranking = rank(handle_or_study, against=against, objective=objective)
-    effects = site_effects(ranking)
-    importance = site_importance(ranking, evaluator)
+    if P.searched(ranking):
+        effects, importance = site_effects(ranking), site_importance(ranking, evaluator)
+    else:  # a stage retrains a fixed list: no space to read
+        effects, importance = [], Importance("none", note="a stage of the study: it searched no space")
     previous = _previous_plots(out_dir) if out_dir.is_dir() else set()
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}

@@ -7,7 +7,7 @@ extrapolation with its warnings. Every sentence is built from a
 from __future__ import annotations
 
 from ..ranking import format_p
-from ..stats.ladder import P_CROSS_WARN
+from ..stats.ladder import FEW_SEEDS, P_CROSS_WARN
 from ._columns import UNIT, num
 
 
@@ -58,7 +58,7 @@ def reversal_sentence(stats, r, labels: dict[str, str] | None = None, unit: str 
 
 def _cell(p) -> str:
     """One architecture at one rung: place, mean [95%], failures at its lr and over every lr."""
-    failed = f"failed {p.n_failed}/{p.n_runs} at its lr, {p.n_failed_all}/{p.n_runs_all} at any"
+    failed = f"failed {p.n_failed}/{p.n_runs} at its lr, {p.n_failed_all}/{p.n_runs_all} over all lrs"
     if p.mean is None:
         return f"{p.rank}. every run failed ({p.n_failed_all}/{p.n_runs_all})"
     ci = f" [{p.ci_low:.4f}, {p.ci_high:.4f}]" if p.ci_low is not None else ""
@@ -70,15 +70,14 @@ def caveat_lines(stats, labels: dict[str, str] | None = None) -> list[str]:
     """What the per-rung numbers rest on, one bullet per kind: rungs where an architecture failed
     every run, means over fewer than 3 successful seeds, chosen learning rates at an end of what
     was trained. Empty when there is nothing to say."""
-    from ..stats.ladder import FEW_SEEDS
-
     lab = labels or {}
     name = lambda a: f"`{_md(lab.get(a, a))}`"
     out = []
     for a, rungs in stats.all_failed.items():
-        out.append(f"- **Every run of {name(a)} failed at {', '.join(map(_md, rungs))}.** It ties last there "
-                   f"whatever its loss; the rank agreement of a pair of rungs that includes one of them leaves it "
-                   f"out, and its power law (if any) is fitted without them.")
+        out.append(f"- **Every run of {name(a)} failed at {', '.join(map(_md, rungs))}.** It has no loss there "
+                   f"and ranks last; a pair of rungs where it failed at both leaves it out of the rank agreement, "
+                   f"a pair where it failed at one counts its fall (or rise) as the reversal it is, and its power "
+                   f"law (if any) is fitted without them.")
     if stats.few_seeds:
         trained = sum(1 for ps in stats.points.values() for p in ps if p.mean is not None)
         counts = sorted({n for _, _, n in stats.few_seeds})
@@ -92,7 +91,8 @@ def caveat_lines(stats, labels: dict[str, str] | None = None) -> list[str]:
     if stats.at_edge:
         cells = ", ".join(f"{name(a)} at {_md(r)} (lr {lr:g})" for a, r, lr in stats.at_edge)
         out.append(f"- **Chosen learning rate at an end of those trained** (the sweep with its extension): {cells}. "
-                   f"The optimum is not bracketed, so that loss is an upper bound on the architecture's best there.")
+                   f"The optimum is not bracketed: it may lie beyond the trained range, where a wider sweep could "
+                   f"find a lower loss.")
     return out
 
 
@@ -123,14 +123,16 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
         lines += [""] + caveats
     lines += ["", "### Does the order hold?", "",
               f"Rank agreement between rungs over the architectures ranked at both (hurdle order: failure rate "
-              f"first, then mean loss). An architecture that failed every run at either rung of a pair is left out "
-              f"of that pair: tied last at both whatever happened, it would count as agreement. Kendall's tau-b and "
+              f"first, then mean loss). An architecture that failed every run at both rungs of a pair is left out "
+              f"of that pair: tied last at both, it would count as agreement; one that failed every run at one of "
+              f"them stays, ranked last there. Kendall's tau-b and "
               f"Spearman's rho, 1 for the same order and -1 for the reverse. 95% percentile intervals from "
               f"{stats.n_boot} draws in which each architecture's mean at each rung is drawn from its own per-rung "
               f"uncertainty, mean + SE x t with the SD and degrees of freedom of its interval in the table above "
-              f"(pooled within the rung where variances may be pooled, its own otherwise), failure rates held fixed; "
-              f"seed {stats.seed}. Adjacent rungs in bold.", "",
-              "| rungs | architectures | left out (every run failed at one) | Kendall's tau [95%] | "
+              f"(pooled within the rung where variances may be pooled, its own otherwise; a mean of one successful "
+              f"run, which has no interval there, borrows the rung's pooled SD and its degrees of freedom), failure "
+              f"rates held fixed; seed {stats.seed}. Adjacent rungs in bold.", "",
+              "| rungs | architectures | left out (every run failed at both) | Kendall's tau [95%] | "
               "Spearman's rho [95%] |", "|---|---|---|---|---|"]
     for g in stats.agreements:
         pair = f"{g.rung_a} → {g.rung_b}"

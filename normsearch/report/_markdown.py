@@ -243,7 +243,7 @@ def _diagnostics_section(ranking: Ranking) -> list[str]:
     return lines + [""]
 
 
-def _plots_section(plots: dict[str, str], top: int, searched: bool = True) -> list[str]:
+def _plots_section(plots: dict[str, str], top: int, search_plots: bool = True) -> list[str]:
     lines = ["## Plots", ""]
     if not plots:
         return lines + ["No plot could be drawn (no finished runs).", ""]
@@ -252,7 +252,8 @@ def _plots_section(plots: dict[str, str], top: int, searched: bool = True) -> li
     for name, (title, caption) in PLOT_CAPTIONS.items():
         if name in plots:
             lines += [f"### {title}", "", caption, "", f"![{title}]({plots[name]})", ""]
-    missing = [PLOT_CAPTIONS[n][0] for n in PLOT_CAPTIONS if n not in plots and (searched or n not in SEARCH_PLOTS)]
+    missing = [PLOT_CAPTIONS[n][0] for n in PLOT_CAPTIONS
+               if n not in plots and (search_plots or n not in SEARCH_PLOTS)]
     if missing:
         lines += ["Not drawn (no data for them): " + ", ".join(missing) + ".", ""]
     return lines

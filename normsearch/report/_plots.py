@@ -287,17 +287,17 @@ def all_figures(ranking, effects=(), importances: dict[str, float] | None = None
                 top: int = 3) -> dict[str, Any]:
     """Every plot of the report that has data: file stem -> Figure."""
     rows = plot_rows(ranking, top)
-    figs = {
-        "loss_curves": loss_curves(rows),
-        "residual_rms": residual_rms(rows),
-        "grad_norm": grad_norm(rows),
-        "attention_logits": attention_logits(rows),
-        "loss_vs_lr": loss_vs_lr(rows),
-        "importance": importance(importances or {}, evaluator),
-        "site_effects": site_effects(effects),
-        "history": history(ranking.history),
-        "search_value": search_value(ranking.judgement.search),
+    draw = {
+        "loss_curves": lambda: loss_curves(rows),
+        "residual_rms": lambda: residual_rms(rows),
+        "grad_norm": lambda: grad_norm(rows),
+        "attention_logits": lambda: attention_logits(rows),
+        "loss_vs_lr": lambda: loss_vs_lr(rows),
+        "importance": lambda: importance(importances or {}, evaluator),
+        "site_effects": lambda: site_effects(effects),
+        "history": lambda: history(ranking.history),
+        "search_value": lambda: search_value(ranking.judgement.search),
     }
-    if not searched(ranking):
-        figs = {k: v for k, v in figs.items() if k not in SEARCH_PLOTS}
+    names = [k for k in draw if searched(ranking) or k not in SEARCH_PLOTS]
+    figs = {k: draw[k]() for k in names}
     return {k: v for k, v in figs.items() if v is not None}

@@ -195,15 +195,16 @@ def learning_rate_lines(ranking: Ranking) -> list[str]:
             f"`{r.label}` ({r.best_lr:g}, the {'highest' if r.best_lr == max(p.lr for p in r.lr_points) else 'lowest'}"
             f" of {len(r.lr_points)} learning rates)" for r in edge)
             + ": the best learning rate of these was the last one tried in its direction, so their optimum was not "
-              "bracketed and their loss is an upper bound of what a wider sweep would give (`train.lr: {low, high, "
-              "points, extend}` extends a sweep past an end that holds the best)."]
+              "bracketed: it may lie beyond the trained range, where a wider sweep could find a lower loss "
+              "(`train.lr: {low, high, points, extend}` extends a sweep past an end that holds the best)."]
     return lines + [""]
 
 
 def at_sweep_edge(row: Row) -> bool:
-    """Whether the chosen learning rate is the lowest or highest of two or more that the row trained."""
-    lrs = [p.lr for p in row.lr_points]
-    return row.best_lr is not None and len(lrs) > 1 and row.best_lr in (min(lrs), max(lrs))
+    """Whether the row's chosen learning rate is an end of the ones it trained (:func:`unbracketed`)."""
+    from ..stats.outcomes import unbracketed
+
+    return unbracketed(row.best_lr, [p.lr for p in row.lr_points])
 
 
 def search_lines(ranking: Ranking) -> list[str]:

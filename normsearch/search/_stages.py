@@ -51,6 +51,7 @@ class Entry:
     search_mean: float | None = None
     search_ci: tuple[float | None, float | None] = (None, None)
     search_seeds: int = 0
+    chosen_by: str | None = None  # a found placement: the ranking that put it in the top K ("confirmation", "search")
 
 
 @dataclass(frozen=True)
@@ -144,12 +145,26 @@ def _settings_text(settings: dict) -> str:
     return " ".join(f"{k} {v}" for k, v in settings.items())
 
 
-def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any") -> tuple[StudyHandle, Stage]:
+def _check_settings(parent: StudyHandle, kind: str, stored: dict, settings: dict) -> None:
+    was = stored.get("settings") or {}
+    if any(k in was and was[k] != v for k, v in settings.items()):
+        raise NormsearchError(f"the {kind} stage of study {parent.recipe.name!r} was started with "
+                              f"{_settings_text(was)}; run it again with those settings to resume it (it was "
+                              f"given {_settings_text({k: v for k, v in settings.items() if k in was})})")
+
+
+def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any",
+               wait_for_definition: float = 30.0) -> tuple[StudyHandle, Stage]:
     """Create or resume stage ``kind`` of a finished search. ``make()`` returns the Stage (entries,
     recipe, seeds). A new stage is created only once the search is finished and ``make()`` has
     succeeded, so a refused stage leaves nothing behind. A stage that exists is resumed with its
     stored entries, and only if ``settings`` are the ones it was created with (a setting a stage
-    stored before that setting existed is not compared)."""
+    stored before that setting existed is not compared).
+
+    Creating the stage's study is the lock between workers that open a new stage at once: the one
+    whose creation succeeds stores the definition; the others wait for it (``wait_for_definition``
+    seconds) and resume it as stored, or are refused if their settings differ. A stage whose creator
+    died before storing its definition is defined by the next worker."""
     import optuna
 
     existing = find_stage(parent, kind)
@@ -157,24 +172,35 @@ def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any") -> t
     if stored is None:
         search_finished(parent)
     else:
-        was = stored.get("settings") or {}
-        if any(k in was and was[k] != v for k, v in settings.items()):
-            raise NormsearchError(f"the {kind} stage of study {parent.recipe.name!r} was started with "
-                                  f"{_settings_text(was)}; run it again with those settings to resume it (it was "
-                                  f"given {_settings_text({k: v for k, v in settings.items() if k in was})})")
+        _check_settings(parent, kind, stored, settings)
     stage = make()
+    store = open_storage(parent.storage_url)
+    name = stage_study_name(parent.recipe.name, kind)
+    # a stage's study never prunes (its tasks are trained whole) and samples nothing: loaded without
+    # these, Optuna would give it its default MedianPruner
+    load = lambda: optuna.load_study(study_name=name, storage=store, sampler=optuna.samplers.RandomSampler(seed=0),
+                                     pruner=optuna.pruners.NopPruner())
+    if existing is not None:
+        study = retry(load, "open the stage")
+    else:
+        try:
+            study = retry(lambda: optuna.create_study(study_name=name, storage=store, direction="minimize",
+                                                      load_if_exists=False,
+                                                      sampler=optuna.samplers.RandomSampler(seed=0),
+                                                      pruner=optuna.pruners.NopPruner()), "create the stage")
+        except optuna.exceptions.DuplicatedStudyError:  # another worker created it first: its definition holds
+            study = retry(load, "open the stage")
+            deadline = time.time() + wait_for_definition
+            while stored is None and time.time() < deadline:
+                stored = retry(lambda: study.user_attrs.get(A_STAGE), "read the stage")
+                if stored is None:
+                    time.sleep(0.5)
+            if stored is not None:
+                _check_settings(parent, kind, stored, settings)
     if stored is None:
-        store = open_storage(parent.storage_url)
-        name = stage_study_name(parent.recipe.name, kind)
-        study = retry(lambda: optuna.create_study(study_name=name, storage=store, direction="minimize",
-                                                  load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=0),
-                                                  pruner=optuna.pruners.NopPruner()),
-                      "open the stage")
-        # two workers creating the stage at once store the same definition (make() is deterministic)
         retry(lambda: study.set_user_attr(A_STAGE, {"kind": kind, "settings": settings, "seeds": stage.seeds,
                                                      "entries": [asdict(e) for e in stage.entries]}), "save the stage")
     else:
-        study = existing
         stage.entries = [Entry(**{**e, "search_ci": tuple(e.get("search_ci") or (None, None))})
                          for e in stored["entries"]]
         stage.seeds = list(stored["seeds"])
@@ -316,7 +342,9 @@ class StageSearch(Search):
 
         Workers that finish the last task of a round at once may both decide the next round: the
         stage's rounds are read again before deciding and before storing, and a round (or the end)
-        that another worker stored first is adopted, never overwritten."""
+        that another worker stored first is adopted. A window remains between that last read and the
+        write, in which both may store the round; both decided from the same finished runs with the
+        same seeded ranking, so they store the same decision."""
         racing = self.stage.racing
         if racing is None or self.stage.decide is None or self._race_ended():
             return False

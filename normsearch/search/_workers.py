@@ -91,8 +91,10 @@ GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd"
 
 def cuda_devices() -> int:
     """The CUDA devices torch sees, without importing torch (2 s before the first worker starts) on a
-    machine with no GPU driver at all."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1") or not any(map(os.path.exists, GPU_NODES)):
+    Linux machine with no GPU driver at all (elsewhere the driver's files are not known: torch is asked)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return 0
+    if sys.platform == "linux" and not any(map(os.path.exists, GPU_NODES)):
         return 0
     import torch
 

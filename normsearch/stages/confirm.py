@@ -70,12 +70,23 @@ def run_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None, display=No
 
 
 def confirmed_order(parent: StudyHandle) -> list[str]:
-    """The found placements (arch ids) of the search's confirmation, best first by the confirmed
-    ranking; empty when the search has none (or it ranked no found placement)."""
+    """The found placements (arch ids) of the search's finished confirmation, best first by the
+    confirmed ranking; empty when the search has none, or it is not finished (a task to train, one
+    running, racing not ended): a partial confirmation orders nothing."""
     from ..ranking import rank
     from ..search._confirm import confirm_handle
+    from ..search._stages import A_RACE_END, A_STAGE, _rounds
 
     stage = confirm_handle(parent)
     if stage is None:
         return []
-    return [r.arch_id for r in rank(stage, against=[]).ranked if r.rank is not None and not r.is_baseline]
+    attrs = stage.study.user_attrs
+    info = attrs.get(A_STAGE) or {}
+    if (info.get("settings") or {}).get("racing_budget") and not attrs.get(A_RACE_END):
+        return []
+    ranking = rank(stage, against=[])
+    seeds = len(info.get("seeds") or [])
+    expected = len(info.get("entries") or []) * seeds + sum(len(r.get("added", [])) for r in _rounds(stage.study))
+    if ranking.running or sum(len(r.runs) for r in ranking.rows) < expected:
+        return []
+    return [r.arch_id for r in ranking.ranked if r.rank is not None and not r.is_baseline]

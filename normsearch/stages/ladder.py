@@ -16,7 +16,7 @@ differs is refused, naming the stored value, and one left out is taken from stor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import ModelConfig, from_mapping, to_mapping
@@ -92,21 +92,27 @@ def _no_transfer(search: ModelConfig, models: list[ModelConfig]) -> str | None:
                 "halves per doubling of width), so the search's would not be each rung's best")
     for key, why in (("n_layers", "depth transfer (CompleteP) is not implemented: docs/parametrization.md"),
                      ("n_heads", "mup's attention scale assumes a fixed number of heads: docs/parametrization.md")):
-        if len({getattr(m, key) for m in models}) > 1:
-            return f"muP carries the learning rate across width only, and these rungs vary {key} ({why})"
+        if len({getattr(m, key) for m in [search, *models]}) > 1:
+            return (f"muP carries the learning rate across width only, and these rungs change {key} from the "
+                    f"search's {getattr(search, key)} ({why})")
     if models[0].mup_base_width != search.mup_base_width:
         return (f"the rungs' mup_base_width {models[0].mup_base_width} is not the search's {search.mup_base_width}, "
                 f"the width at which the search chose its learning rates")
-    if len({m.ffn_dim / m.d_model for m in models}) > 1:
+    if len({m.ffn_dim / m.d_model for m in [search, *models]}) > 1:
         return "the FFN does not grow with the width at these rungs (model.ffn_hidden), which muP's rules do not cover"
     return None
 
 
-def lr_mode(recipe: Recipe, cfg: LadderConfig, models: list[ModelConfig] | None = None) -> str:
+def lr_mode(recipe: Recipe, cfg: LadderConfig, models: list[ModelConfig] | None = None,
+            stored: str | None = None) -> str:
     """sweep or transfer. ``auto`` transfers only where muP makes the learning rate transfer: under
     model.parametrization mup, along width alone (the same depth, heads and base width at every rung
     as in the search, the FFN growing with the width); anywhere else it sweeps. ``transfer`` where
-    the learning rate would not transfer is refused, saying why."""
+    the learning rate would not transfer is refused, saying why. ``stored``: the mode a stored ladder
+    was trained with, which it keeps (a ladder of an earlier rule is resumed and reported as it was
+    trained; a different mode asked for is refused by :func:`check_stored`)."""
+    if stored is not None and cfg.lr in ("auto", stored):
+        return stored
     if models is None:
         models = [rung_model(recipe.model, i, o) for i, o in enumerate(cfg.rungs)]
     why = _no_transfer(recipe.model, models) if models else "no rungs"
@@ -159,14 +165,15 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
 
 
 def top_found(parent: StudyHandle, rows: list, k: int) -> list:
-    """The top ``k`` found placements of the search's ranked ``rows``: in the confirmed order when the
-    search has a confirmation (its verdicts are the study's), then the rest in the search's order."""
+    """The top ``k`` found placements of the search's ranked ``rows``, each with the ranking that chose
+    it: in the confirmed order when the search has a finished confirmation (its verdicts are the
+    study's), then the rest in the search's order."""
     from .confirm import confirmed_order
 
     found = [r for r in rows if not r.is_baseline]
     confirmed = confirmed_order(parent)
     found.sort(key=lambda r: confirmed.index(r.arch_id) if r.arch_id in confirmed else len(confirmed))  # stable
-    return found[:k]
+    return [(r, "confirmation" if r.arch_id in confirmed else "search") for r in found[:k]]
 
 
 def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
@@ -180,10 +187,10 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
     by_label = {r.label: r for r in rows}
     bases = cfg.baselines if cfg.baselines is not None else list(parent.recipe.search.baselines)
     out = []
-    for r in top_found(parent, rows, cfg.top):
+    for r, chosen_by in top_found(parent, rows, cfg.top):
         out.append(Entry(r.label, r.arch_id, r.placement, [float(r.best_lr or parent.recipe.train.lr[0])],
                          search_rank=r.rank, search_mean=r.score_mean, search_ci=(r.ci_low, r.ci_high),
-                         search_seeds=r.n_seeds))
+                         search_seeds=r.n_seeds, chosen_by=chosen_by))
     for b in bases:
         row = by_label.get(b)
         if row is None and mode == "transfer":
@@ -231,6 +238,7 @@ class StoredRung:
     settings: dict  # verbatim (what open_stage compares against)
     rung: dict | None  # its overrides (None: the stored list is shorter than its index)
     shared: dict  # SHARED, normalised (_normal)
+    entries: list = field(default_factory=list)  # the architectures it trains, as stored (Entry fields)
 
 
 def stored_rungs(parent: StudyHandle) -> dict[int, StoredRung]:
@@ -244,7 +252,8 @@ def stored_rungs(parent: StudyHandle) -> dict[int, StoredRung]:
             continue
         i = int(kind[len(PREFIX):])
         study = find_stage(parent, kind)
-        settings = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("settings")
+        info = (study.user_attrs.get(A_STAGE) or {}) if study is not None else {}
+        settings = info.get("settings")
         if settings is None:
             continue
         if "rung" in settings:
@@ -252,8 +261,14 @@ def stored_rungs(parent: StudyHandle) -> dict[int, StoredRung]:
         else:
             listed = settings.get("rungs") or []
             rung = listed[i] if i < len(listed) else None
-        out[i] = StoredRung(i, settings, dict(rung) if rung is not None else None, _normal(parent.recipe, settings))
+        out[i] = StoredRung(i, settings, dict(rung) if rung is not None else None, _normal(parent.recipe, settings),
+                            list(info.get("entries") or []))
     return dict(sorted(out.items()))
+
+
+def stored_mode(stored: dict[int, StoredRung]) -> str | None:
+    """The learning-rate mode (sweep or transfer) a stored ladder was trained with; None when none is."""
+    return next(iter(stored.values())).shared.get("lr") if stored else None
 
 
 def check_stored(parent: StudyHandle, cfg: LadderConfig, mode: str, stored: dict[int, StoredRung]) -> None:
@@ -297,7 +312,7 @@ def resolve_ladder(parent: StudyHandle, given: dict, report_only: bool = False) 
     rungs = given["rungs"] if "rungs" in given else [s.rung for s in stored.values() if s.rung is not None]
     cfg = ladder_config({**base, **first.shared, **given, "rungs": rungs})
     plan_rungs(parent.recipe, cfg)  # the rungs' own errors first (a bad type names the rung)
-    check_stored(parent, cfg, lr_mode(parent.recipe, cfg), stored)
+    check_stored(parent, cfg, lr_mode(parent.recipe, cfg, stored=stored_mode(stored)), stored)
     return cfg
 
 
@@ -309,12 +324,15 @@ def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, Study
     """Create or resume every rung's stage: a stored rung is resumed only with the settings it was
     created with (checked here with the stored value named; then open_stage checks them verbatim)."""
     rungs = plan_rungs(parent.recipe, cfg)
-    mode = lr_mode(parent.recipe, cfg, [r.recipe.model for r in rungs])
     stored = stored_rungs(parent)
+    mode = lr_mode(parent.recipe, cfg, [r.recipe.model for r in rungs], stored=stored_mode(stored))
     check_stored(parent, cfg, mode, stored)
-    if find_stage(parent, kind_of(0)) is None:  # before ranking it: "not finished" is the error to give
-        search_finished(parent)
-    found = entries(parent, cfg, mode)
+    if stored:  # a rung added to a stored ladder trains the architectures the others did, not today's top K
+        found = [Entry(**{**e, "search_ci": tuple(e.get("search_ci") or (None, None))})
+                 for e in next(iter(stored.values())).entries]
+    else:
+        search_finished(parent)  # before ranking it: "not finished" is the error to give
+        found = entries(parent, cfg, mode)
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     overlap = set(seeds) & set(parent.recipe.train.seeds)
     if overlap:
@@ -351,6 +369,19 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
         if study is not None:
             out.append((rung, StudyHandle(rung.recipe, study, parent.storage_url, parent.folder / kind_of(rung.index))))
     return out
+
+
+def chosen_by(parent: StudyHandle) -> str:
+    """Which ranking chose the ladder's found placements, as stored with its first rung (a ladder
+    stored before that was recorded was chosen by the search's)."""
+    study = find_stage(parent, kind_of(0))
+    entries = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
+    by = {e.get("chosen_by") or "search" for e in entries if not e.get("baseline")}
+    if by == {"confirmation"}:
+        return "the top of the confirmation's ranking, fresh seeds and the test split"
+    if by == {"confirmation", "search"}:
+        return "the confirmation's ranking, then the search's for those it did not train"
+    return "the top of the search's ranking"
 
 
 def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, against,
@@ -391,7 +422,8 @@ def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, a
             plot = "ladder.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
     text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
-                           lr_mode(parent.recipe, cfg), folders)
+                           lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent))), folders,
+                           chosen_by(parent))
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

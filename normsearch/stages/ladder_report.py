@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..report._columns import num
 from ..report._ladder_verdicts import ladder_lines
+from ..report._verdicts import at_sweep_edge
 
 
 def _count(n: float) -> str:
@@ -30,8 +31,7 @@ def lr_cells(row) -> tuple[str, str, str, bool]:
     chosen = next((p for p in points if p.lr == row.best_lr), None)
     at_lr = f"{chosen.n_failed}/{chosen.n_runs}" if chosen is not None else f"{all_failed}/{all_runs}"
     lrs = ", ".join(f"**{p.lr:g}**" if p is chosen else f"{p.lr:g}" for p in points) or "-"
-    edge = chosen is not None and len(points) >= 2 and (chosen is points[0] or chosen is points[-1])
-    return at_lr, f"{all_failed}/{all_runs}", lrs, edge
+    return at_lr, f"{all_failed}/{all_runs}", lrs, at_sweep_edge(row)
 
 
 def _trained(r0, cfg, rungs, mode: str) -> str:
@@ -48,20 +48,8 @@ def _trained(r0, cfg, rungs, mode: str) -> str:
     return text + ", each architecture scored at its best"
 
 
-def _chosen_by(parent, rankings) -> str:
-    """Which ranking chose the ladder's found placements: the confirmation's, when the search has one
-    whose order they follow, else the search's."""
-    from .confirm import confirmed_order
-
-    found = [r.arch_id for r in rankings[0].rows if not r.is_baseline] if rankings else []
-    confirmed = confirmed_order(parent)
-    if found and set(found) == set(confirmed[:len(found)]):
-        return "the top of the confirmation's ranking, fresh seeds and the test split"
-    return "the top of the search's ranking"
-
-
 def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
-                    mode: str = "sweep", folders=None) -> str:
+                    mode: str = "sweep", folders=None, chosen_by: str = "the top of the search's ranking") -> str:
     """The whole ``ladder.md``. ``folders``: where each rung's own report was written (linked
     relative to ``out_dir``); default the rungs' results folders."""
     r0 = parent.recipe
@@ -77,7 +65,7 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
     bases = cfg.baselines if cfg.baselines is not None else r0.search.baselines
     found = [r.label for r in rankings[0].rows if not r.is_baseline] if rankings else []
     lines += ["## What was trained", "",
-              f"The top {cfg.top} found placement(s) ({', '.join(found) or 'none'}; {_chosen_by(parent, rankings)}) "
+              f"The top {cfg.top} found placement(s) ({', '.join(found) or 'none'}; {chosen_by}) "
               f"and the baselines "
               f"{', '.join(bases) or '(none)'}, retrained at {n_planned} sizes on fresh seeds "
               f"{cfg.first_seed} to {cfg.first_seed + cfg.seeds - 1}; tokens: {tokens_rule}{cap}; learning rate: "
@@ -96,7 +84,8 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
               "Failed: diverged or stalled runs, at the architecture's chosen learning rate (what the hurdle ranks "
               "by) and over all its runs at the rung (every learning rate trained). Learning rates: those trained, "
               "the chosen one in bold; *edge* marks a chosen learning rate at an end of those trained, an optimum "
-              "the sweep did not bracket, so the loss is an upper bound on the architecture's best at that rung.", ""]
+              "the sweep did not bracket: the optimum may lie beyond the trained range, where a wider sweep could "
+              "find a lower loss.", ""]
     for rung, rk, folder in zip(rungs, rankings, folders):
         link = os.path.relpath(Path(folder) / "report.md", out_dir)
         lines += [f"### Rung {rung.index} ({rung.n_params:,} parameters) ([full report]({link}))", "",
@@ -106,7 +95,7 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
             ci = f" [{r.ci_low:.4f}, {r.ci_high:.4f}]" if r.ci_low is not None else ""
             p = f"{r.p_best:.2f}" if r.p_best is not None else "-"
             at_lr, every, lrs, edge = lr_cells(r)
-            note = "edge: upper bound" if edge else "-"
+            note = "edge: not bracketed" if edge else "-"
             lines.append(f"| {r.rank} | {r.label}{' (baseline)' if r.is_baseline else ''} | {num(r.score_mean)}{ci} | "
                          f"{at_lr} | {every} | {p} | {lrs} | {note} |")
         lines.append("")

@@ -18,21 +18,22 @@ def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:
     ranking = rank(handle, against=[])
     ranked = [r for r in ranking.ranked if r.rank is not None]
     if not ranked:
-        return {"stop": "nothing ranked", "spent": spent}
+        return {"stop": "nothing ranked", "reason": "nothing", "spent": spent}
     leader = ranked[0]
     info = {"round": len(stage.rounds) + 1, "leader": leader.label, "p_best": leader.p_best,
             "rank_high": leader.rank_high, "spent": spent}
     if not leader.n_seeds:
-        return {**info, "stop": "no architecture has a successful run to race on"}
+        return {**info, "stop": "no architecture has a successful run to race on", "reason": "no_success"}
     if leader.p_best is not None and leader.p_best >= racing.p_best:
-        return {**info, "stop": f"{leader.label} reached P(best) {leader.p_best:.2f} >= {racing.p_best:g}"}
+        return {**info, "stop": f"{leader.label} reached P(best) {leader.p_best:.2f} >= {racing.p_best:g}",
+                "reason": "p_best"}
     contenders = [r for r in ranked if r.rank_low is not None and r.rank_low <= (leader.rank_high or 1)]
     if len(contenders) <= 1:
-        return {**info, "stop": f"separated: no rank interval reaches {leader.label}'s"}
+        return {**info, "stop": f"separated: no rank interval reaches {leader.label}'s", "reason": "separated"}
     left = racing.budget - spent
     if left < 2:
         rest = f"; the {left} run left cannot add a seed to both the leader and a challenger" if left > 0 else ""
-        return {**info, "stop": f"budget spent ({spent} of {racing.budget} extra runs{rest})"}
+        return {**info, "stop": f"budget spent ({spent} of {racing.budget} extra runs{rest})", "reason": "budget"}
     contenders.sort(key=lambda r: -(r.p_best or 0.0))
     seeds_of: dict[str, int] = {}
     for t in stage.tasks():

@@ -18,7 +18,7 @@ the same choice as :func:`analyse`). :func:`analyse_ladder` gives a :class:`Ladd
    fitted curves cross, or more than :data:`P_CROSS_WARN` of the draws do);
 5. what the numbers rest on: the rungs where an architecture failed every run, the means with fewer
    than :data:`FEW_SEEDS` successful seeds, and the chosen learning rates at an end of what was
-   trained (an optimum the sweep did not bracket: the loss there is an upper bound).
+   trained (an optimum the sweep did not bracket: it may lie beyond the trained range).
 
 Rules: ``docs/statistics.md`` (section "Across model sizes").
 """
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .inference import ALPHA, compare, interval, pooled_fit
-from .outcomes import Run, sweep, wilson
+from .outcomes import Run, sweep, unbracketed, wilson
 from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
 
 N_BOOT = 2000
@@ -85,8 +85,9 @@ class RungArch:
     @property
     def at_edge(self) -> bool:
         """The chosen learning rate is the smallest or the largest of two or more trained: the sweep did
-        not bracket the optimum, so the loss there is an upper bound on this architecture's best."""
-        return len(self.lrs) >= 2 and self.lr is not None and self.lr in (min(self.lrs), max(self.lrs))
+        not bracket the optimum, which may lie beyond the trained range (a wider sweep could find a lower
+        loss)."""
+        return unbracketed(self.lr, self.lrs)
 
     @property
     def mean(self) -> float | None:
@@ -166,7 +167,7 @@ class Agreement:
     rung_b: str
     adjacent: bool
     archs: list[str]  # ranked at both rungs (a successful run at each)
-    left_out: list[str]  # run at both, but every run failed at one of them: tied last, they would agree
+    left_out: list[str]  # run at both, but every run failed at both: tied last at both, they would agree
     tau: float | None  # Kendall's tau-b (ties counted)
     tau_ci: tuple[float, float] | None
     rho: float | None  # Spearman's rho (average ranks for ties)
@@ -332,11 +333,12 @@ def _point(v: np.ndarray) -> float | None:
 
 
 def _agreement(ra: Rung, rb: Rung, adjacent: bool, boot: dict) -> Agreement:
-    """tau and rho over the architectures ranked at both rungs. One that failed every run at either
-    is left out (and named): it ties last there whatever its loss, so keeping it would count a shared
-    last place as agreement, and several of them would make any two orders look alike."""
+    """tau and rho over the architectures run at both rungs. One that failed every run at both is left
+    out (and named): it has no loss at either and ties last at both, so keeping it would count a shared
+    last place as agreement, and several of them would make any two orders look alike. One that failed
+    every run at one rung only stays: its fall to last place (or its rise from it) is a reversal."""
     common = [a for a in ra.archs if a in rb.archs]
-    archs = [a for a in common if ra.archs[a].n_ok and rb.archs[a].n_ok]
+    archs = [a for a in common if ra.archs[a].n_ok or rb.archs[a].n_ok]
     left_out = [a for a in common if a not in archs]
     obs = [np.array([[r.archs[a].key[1] for a in archs]]) for r in (ra, rb)]
     if len(archs) < 2:
@@ -356,8 +358,9 @@ def mean_draws(rungs: Sequence[Rung], n_boot: int, seed: int, alpha: float = ALP
     Where the rung's variances may be pooled, sd is the pooled within-architecture SD and t is
     z x sqrt(df / chi2_df), one chi-square draw per draw shared by the rung's architectures (they share
     that SD's uncertainty); otherwise the architecture's own SD with t on n - 1 df. An architecture with
-    one successful run borrows the pooled SD when the rung has one, and is held at its mean when it has
-    none. inf for an architecture with no successful run (it ranks last in every draw).
+    one successful run borrows the pooled SD when the rung has one, with a t of its own on that SD's df,
+    and is held at its mean when it has none. inf for an architecture with no successful run (it ranks
+    last in every draw).
 
     Not a resampling of the seeds: with two seeds a resampled mean takes only three values, and the
     spread of tau and rho would be far narrower than the per-rung intervals allow."""

@@ -197,6 +197,13 @@ def sweep(runs: Iterable[Run]) -> dict[str, ArchLr]:
     return out
 
 
+def unbracketed(chosen: float | None, lrs: Iterable[float]) -> bool:
+    """Whether the chosen learning rate is the lowest or the highest of two or more trained: the
+    sweep did not bracket the optimum, which may lie beyond the trained range."""
+    lrs = list(lrs)
+    return chosen is not None and len(lrs) >= 2 and chosen in (min(lrs), max(lrs))
+
+
 def hurdle_key(a: ArchLr) -> tuple[float, float]:
     """The hurdle ranking's key, smaller first: the failure rate at the chosen learning rate, then
     the mean loss of the successful runs there (architectures with no success come last)."""

@@ -202,6 +202,14 @@ def test_confirm_retrains_the_top_and_the_baselines_on_fresh_seeds_and_resumes_a
     assert len(open_results(searched).study.get_trials()) == len(search.study.get_trials())
     status = runner.invoke(app, ["status", str(searched)])
     assert status.exit_code == 0 and "stage confirm: 3 architectures, 3/3 tasks done" in status.output, status.output
+    # a finished confirmation orders the found placements (for a ladder); one with a task running does not
+    from normsearch.stages.confirm import confirmed_order
+
+    found = [e["arch_id"] for e in info["entries"] if not e["baseline"]]
+    assert confirmed_order(open_results(searched)) == found
+    running = stage.study.ask()
+    assert confirmed_order(open_results(searched)) == []
+    stage.study.tell(running, state=__import__("optuna").trial.TrialState.FAIL)
     # resuming with other settings is refused, with the settings it was started with: racing's too
     result = runner.invoke(app, ["confirm", str(searched), "--top", "2", "--jobs", "1"])
     assert result.exit_code == 2 and "top 1" in result.output
@@ -236,14 +244,16 @@ def test_racing_adds_a_seed_to_the_contenders_only_and_stops_for_its_three_reaso
     d = racing_round(None, _stage(), race)
     assert d["contenders"] == ["a", "b"] and d["added"] == [["a", 1003], ["b", 1003]] and "stop" not in d
     d = racing_round(None, _stage([d]), race)  # one run of the budget left: no round of the leader alone
-    assert "budget spent (2 of 3" in d["stop"] and "added" not in d
+    assert "budget spent (2 of 3" in d["stop"] and d["reason"] == "budget" and "added" not in d
     assert "budget spent (3 of 3" in racing_round(None, _stage([{"added": [1, 2, 3]}]), race)["stop"]
     d = racing_round(None, _stage(), RacingConfig(budget=2, p_best=0.9))  # two left: the leader and a challenger
     assert d["added"] == [["a", 1003], ["b", 1003]]
     ranked(_row("a", 1, 1, 1, 0.8), _row("b", 2, 2, 3, 0.15), _row("c", 3, 2, 3, 0.05))
-    assert "separated" in racing_round(None, _stage(), race)["stop"]
+    d = racing_round(None, _stage(), race)
+    assert "separated" in d["stop"] and d["reason"] == "separated"
     ranked(_row("a", 1, 1, 2, 0.93), _row("b", 2, 1, 3, 0.07))
-    assert "P(best)" in racing_round(None, _stage(), race)["stop"]
+    d = racing_round(None, _stage(), race)
+    assert "P(best)" in d["stop"] and d["reason"] == "p_best"
 
 
 def test_a_quickstart_shaped_study_races_its_confirmation_end_to_end(tmp_path):
@@ -298,6 +308,10 @@ def test_the_headline_says_when_the_searchs_first_was_not_confirmed_or_the_searc
     lines = _first_lines(moved, confirmed, info)
     assert any("The search has changed since this confirmation was made" in x and "are now t9" in x and "trained t1" in x
                for x in lines)
+    # the same top K in another order is the same confirmation
+    info2 = {"settings": {"top": 2}, "entries": [{"arch_id": "A", "baseline": None}, {"arch_id": "B", "baseline": None}]}
+    swapped = _ranking(_r("t9", "B", 1), _r("t1", "A", 2))
+    assert not any("has changed" in x for x in _first_lines(swapped, _ranking(_r("t1", "A", 1), _r("t9", "B", 2)), info2))
 
 
 def test_a_racing_round_another_worker_stored_first_is_adopted_not_overwritten(tmp_path):
@@ -351,3 +365,38 @@ def test_run_resumes_after_kill_9_in_the_confirmation_it_started_after_the_searc
     extra = sum(len(v["added"]) for k, v in attrs.items() if k.startswith("racing_round_"))
     assert len(runs) == 3 * 2 + extra and attrs["racing_end"]["stop"]
     assert "## Confirmed verdicts" in (folder / "report.md").read_text()
+
+
+def test_two_workers_opening_a_new_stage_at_once_agree_on_one_definition(searched):
+    """The stage's study is created by one of them: the other adopts its stored definition, or is refused
+    when its settings differ (the last writer no longer wins)."""
+    import optuna
+
+    from normsearch.search._stages import open_stage, stage_study_name
+
+    parent = open_results(searched)
+    name = stage_study_name(parent.recipe.name, "race-test")
+
+    def stage(entries):
+        return Stage("race-test", {"top": 1}, entries, recipe=parent.recipe, seeds=[7])
+
+    theirs = [Entry(label="theirs", arch_id="T", placement={}, lr=[1e-3])]
+
+    def make_while_another_creates(settings):
+        def make():  # meanwhile another worker creates the stage and stores its definition
+            other = optuna.create_study(study_name=name, storage=parent.storage_url)
+            other.set_user_attr(A_STAGE, {"kind": "race-test", "settings": settings, "seeds": [7],
+                                          "entries": [vars(e) for e in theirs]})
+            return stage([Entry(label="mine", arch_id="M", placement={}, lr=[1e-3])])
+        return make
+
+    handle, st = open_stage(parent, "race-test", {"top": 1}, make_while_another_creates({"top": 1}))
+    assert [e.label for e in st.entries] == ["theirs"]
+    # whoever created it, a stage's study never prunes a task (Optuna's default pruner is the median one)
+    assert isinstance(handle.study.pruner, optuna.pruners.NopPruner)
+    again, _ = open_stage(parent, "race-test", {"top": 1}, lambda: stage([]))
+    assert isinstance(again.study.pruner, optuna.pruners.NopPruner)
+    optuna.delete_study(study_name=name, storage=parent.storage_url)
+    with pytest.raises(NormsearchError, match="was started with top 2"):
+        open_stage(parent, "race-test", {"top": 1}, make_while_another_creates({"top": 2}))
+    optuna.delete_study(study_name=name, storage=parent.storage_url)

@@ -217,7 +217,7 @@ def test_report_only_alone_reports_the_stored_ladder_and_out_keeps_the_rung_repo
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
-def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone(tmp_path, no_plots):
+def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone(tmp_path, no_plots, monkeypatch):
     """Two learning rates and --lr-extend 1: with two points the best is at an end, so every rung adds
     one point beyond it; the report lists each architecture's learning rates (the extension
     included) and says the sweep was extended by the ladder's setting (the search's is 0). Then a
@@ -238,8 +238,14 @@ def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone
     (first,) = lrs["ladder-0"].values()
     assert ", ".join(f"{x:g}" for x in first) in text.replace("**", "")
     before = _runs(study)
+    import normsearch.stages.ladder as ladder  # a new rung trains the stored rungs' architectures, not today's top
+
+    monkeypatch.setattr(ladder, "entries", lambda *a, **k: pytest.fail("the search was ranked again for a new rung"))
     result = runner.invoke(app, ["ladder", str(study), "--rungs", three[:-1] + ", {n_layers: 4}]", *args])
     assert result.exit_code == 0, result.output
+    archs = {k: [e["label"] for e in find_stage(open_results(study), k).user_attrs[A_STAGE]["entries"]]
+             for k in ("ladder-0", "ladder-3")}
+    assert archs["ladder-3"] == archs["ladder-0"]
     after = _runs(study)
     assert all(after[q] == m for q, m in before.items()), "a rung already trained was trained again"
     assert {q.parts[-4] for q in after if q not in before} == {"ladder-3"}
@@ -267,10 +273,11 @@ def test_under_mup_a_width_ladder_transfers_the_learning_rate_and_skips_the_swee
     assert "transferred, not swept" in (study / "ladder" / "ladder.md").read_text()
     stored = find_stage(open_results(study), "ladder-0").user_attrs[A_STAGE]["settings"]
     assert stored["lr"] == "transfer"
-    # along depth the sweep is needed: transfer is refused, auto would sweep
+    # other rungs than the stored ones are refused (a new ladder along depth would be refused transfer itself:
+    # test_the_learning_rate_transfers_under_mup_along_width_only_and_is_swept_otherwise)
     result = runner.invoke(app, ["ladder", str(study), "--rungs", "[{n_layers: 1}, {n_layers: 2}, {n_layers: 3}]",
                                  "--lr", "transfer", "--report-only"])
-    assert result.exit_code == 2 and "across width only, and these rungs vary n_layers" in result.output
+    assert result.exit_code == 2 and "was trained as" in result.output, result.output
 
 
 def test_a_ladder_stored_in_the_first_form_reports_the_same_numbers(tmp_path, no_plots):
@@ -307,7 +314,7 @@ def test_a_ladder_stored_in_the_first_form_reports_the_same_numbers(tmp_path, no
     assert "top 2 found placement(s)" in text and "extended by up to 1 point(s)" in text
     assert "| 5 | olmo2 (baseline) | 2.8633" in text  # at 8 layers its best lr is the extension's: flagged
     olmo2 = next(line for line in text.splitlines() if line.startswith("| 5 | olmo2 (baseline) | 2.8633"))
-    assert "0.003, 0.01, **0.03333**" in olmo2 and "edge: upper bound" in olmo2
+    assert "0.003, 0.01, **0.03333**" in olmo2 and "edge: not bracketed" in olmo2
     result = runner.invoke(app, ["ladder", str(dst), "--report-only", "--seeds", "3"])
     assert result.exit_code == 2 and "trained with seeds 2, not 3" in result.output
 
@@ -341,11 +348,16 @@ def test_the_learning_rate_transfers_under_mup_along_width_only_and_is_swept_oth
     base = [{"d_model": 64, "mup_base_width": 64}, {"d_model": 128, "mup_base_width": 64},
             {"d_model": 256, "mup_base_width": 64}]
     ffn = [{"d_model": 64, "ffn_hidden": 256}, {"d_model": 128, "ffn_hidden": 256}, {"d_model": 256, "ffn_hidden": 256}]
-    for rungs, why in ((depth, "these rungs vary n_layers"), (heads, "these rungs vary n_heads"),
+    # the search's own model counts: every rung at one other depth (or head count) is not a width ladder
+    same_depth = [{"d_model": 64, "n_layers": 3}, {"d_model": 128, "n_layers": 3}, {"d_model": 256, "n_layers": 3}]
+    for rungs, why in ((depth, "these rungs change n_layers"), (heads, "these rungs change n_heads"),
+                       (same_depth, "these rungs change n_layers from the search's 2"),
                        (base, "mup_base_width 64 is not the search's 32"), (ffn, "the FFN does not grow")):
         assert lr_mode(mup, LadderConfig(rungs=rungs)) == "sweep"  # auto sweeps where muP does not transfer
         with pytest.raises(NormsearchError, match=why):
             lr_mode(mup, LadderConfig(rungs=rungs, lr="transfer"))
+        # a ladder stored as trained under an earlier rule keeps its mode (resumed and reported as it was)
+        assert lr_mode(mup, LadderConfig(rungs=rungs, lr="transfer"), stored="transfer") == "transfer"
     with pytest.raises(NormsearchError, match="under standard parametrisation the best learning rate moves"):
         lr_mode(std, LadderConfig(rungs=cfg.rungs, lr="transfer"))
 
@@ -381,8 +393,9 @@ def test_the_ladder_takes_its_top_from_the_confirmation_when_the_search_has_one(
     import normsearch.stages.ladder as ladder
 
     rows = [SimpleNamespace(arch_id=a, is_baseline=b) for a, b in (("A", False), ("P", True), ("B", False), ("C", False))]
+    top = lambda k: [(r.arch_id, by) for r, by in ladder.top_found(None, rows, k)]
     monkeypatch.setattr(confirm, "confirmed_order", lambda parent: [])
-    assert [r.arch_id for r in ladder.top_found(None, rows, 2)] == ["A", "B"]  # no confirmation: the search's order
+    assert top(2) == [("A", "search"), ("B", "search")]  # no (finished) confirmation: the search's order
     monkeypatch.setattr(confirm, "confirmed_order", lambda parent: ["C", "A"])
-    assert [r.arch_id for r in ladder.top_found(None, rows, 2)] == ["C", "A"]  # the confirmed verdicts' order
-    assert [r.arch_id for r in ladder.top_found(None, rows, 3)] == ["C", "A", "B"]  # then the search's
+    assert top(2) == [("C", "confirmation"), ("A", "confirmation")]  # the confirmed verdicts' order
+    assert top(3) == [("C", "confirmation"), ("A", "confirmation"), ("B", "search")]  # then the search's

@@ -204,8 +204,10 @@ def test_architectures_that_failed_every_run_rank_last():
     assert set(st.orders["r3"][-2:]) == {"c", "d"}
     last = {p.rung: p for p in st.points["d"]}
     assert last["r3"].rank == 3 and {p.rung: p for p in st.points["c"]}["r3"].rank == 3  # they share last place
-    g = st.agreement("r2", "r3")  # c failed every run at r3, d at both: left out, not tied last
-    assert g.archs == ["a", "b"] and g.left_out == ["c", "d"] and g.tau == 1.0
+    g = st.agreement("r2", "r3")  # d failed every run at both: left out; c only at r3: its fall to last counts
+    assert g.archs == ["a", "b", "c"] and g.left_out == ["d"] and g.tau == 1.0  # c was last of the three at r2 too
+    g = st.agreement("r1", "r2")  # d, first at r1, failed every run at r2: a reversal that lowers agreement
+    assert "d" in g.archs and g.left_out == [] and g.tau < 0.5
     assert st.agreement("r0", "r1").left_out == [] and len(st.agreement("r0", "r1").archs) == 4
     rev = next(r for r in st.reversals if (r.a, r.b, r.kind) == ("d", "a", "adjacent"))
     assert rev.at_b.by == "failures" and rev.at_b.method == "fisher" and rev.at_b.diff == 1.0
@@ -282,7 +284,7 @@ def test_failures_at_every_learning_rate_are_reported_beside_the_chosen_ones():
     assert (p.n_failed, p.n_runs, p.n_failed_all, p.n_runs_all) == (0, 2, 2, 6)
     assert p.lr == 3e-3 and not p.at_edge and st.at_edge == []
     assert p.failure_rate == 0.0 and p.failure_rate_all == pytest.approx(1 / 3)
-    assert "failed 0/2 at its lr, 2/6 at any" in "\n".join(ladder_lines(st))
+    assert "failed 0/2 at its lr, 2/6 over all lrs" in "\n".join(ladder_lines(st))
     fig = ladder_plot(st)
     ys = [list(line.get_ydata()) for line in fig.axes[1].get_lines() if len(line.get_ydata()) == 3]
     assert [pytest.approx(1 / 3)] * 3 in ys  # the failure panel plots every run of the rung, not only the chosen lr
@@ -295,7 +297,8 @@ def test_reproducible_and_json_ready(tmp_path):
     d = one.to_dict()
     assert json.loads(json.dumps(d)) == two.to_dict()
     assert d["fits"]["a"]["status"] == "fit" and "draws" not in d["fits"]["a"]
-    assert d["agreements"][0]["tau"] is None and d["agreements"][0]["left_out"] == ["b"]  # b failed all at r0
+    # b failed every run at r0 only: it stays in that pair, last at r0
+    assert d["agreements"][0]["left_out"] == [] and d["agreements"][0]["tau"] is not None
     assert d["agreements"][-1]["tau"] is not None
 
 
