@@ -124,11 +124,16 @@ def lr_mode(recipe: Recipe, cfg: LadderConfig, models: list[ModelConfig] | None 
 
 
 def _count(recipe: Recipe, model) -> int:
+    """The rung's parameters (of its first baseline), counted on torch's meta device: no memory is
+    allocated, so a rung of a billion parameters is planned as cheaply as a small one."""
+    import torch
+
     from ..baselines import baseline
     from ..model import build_model
 
-    return build_model(baseline(recipe.search.baselines[0] if recipe.search.baselines else "pre_ln",
-                                recipe.search.norm_kind), model).num_parameters()
+    with torch.device("meta"):
+        return build_model(baseline(recipe.search.baselines[0] if recipe.search.baselines else "pre_ln",
+                                    recipe.search.norm_kind), model).num_parameters()
 
 
 def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
