@@ -58,8 +58,8 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
         a.set_xscale("log")
     af.set_ylim(-0.05, 1.05)
     unit = stats.size_unit
-    _finish(ax, "Final validation loss against model size\n(mean over successful runs, 95% CI; lines: "
-            "L = E + A N^-alpha, dashed: extrapolated)", f"{unit} N (log)", f"final validation loss ({UNIT})")
-    _finish(af, "Failed runs (diverged or stalled) per rung\nfilled: every run of the rung, all lrs (Wilson 95% CI); "
+    _finish(ax, "Final validation loss against model size\n(mean over successful runs, 95% CI;\n"
+            "lines: L = E + A N^-alpha, dashed: extrapolated)", f"{unit} N (log)", f"final validation loss ({UNIT})")
+    _finish(af, "Failed runs (diverged or stalled) per rung\nfilled: every run of the rung, all lrs (Wilson 95% CI);\n"
             "hollow: at the chosen lr", f"{unit} N (log)", "fraction of runs that failed")
     return fig

@@ -198,7 +198,7 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
                          f"data's.")
         else:
             lines.append(f"- **Warning**: the fitted curves of `{name(c.a)}` and `{name(c.b)}` do not cross before N*, "
-                         f"but the curves of {c.p_cross:.0%} of the draws do (more than {P_CROSS_WARN:.0%}). Their "
+                         f"but the curves of {c.p_cross:.1%} of the draws do (more than {P_CROSS_WARN:.0%}). Their "
                          f"order at N* is not settled by these rungs.")
     for a in x.failing:
         p = _point(stats, a, stats.rungs[-1])

@@ -184,7 +184,7 @@ def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_
     (c,) = noisy.extrapolation.crossings
     assert c.at is None and c.p_cross > 0.1 and {c.a, c.b} == {"a", "b"}
     text = "\n".join(ladder_lines(noisy))
-    assert f"do not cross before N*, but the curves of {c.p_cross:.0%} of the draws do" in text
+    assert f"do not cross before N*, but the curves of {c.p_cross:.1%} of the draws do" in text
 
 
 def test_extrapolation_gives_intervals_and_p_best():
