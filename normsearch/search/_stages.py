@@ -309,17 +309,21 @@ class StageSearch(Search):
         if task.baseline:
             attrs[A_BASELINE] = task.baseline
         _set_attrs(self.study, tid, attrs)
-        while True:  # a task is trained once: reuse a finished one, wait for one in training
-            _, done, _, _ = self._states()
+        # A task is trained once: reuse a finished one; while an earlier trial trains it (workers that
+        # open a stage at once both queue its tasks), help train its runs, or wait for them.
+        from ._census import census
+
+        while True:
+            trials, done, _, _ = self._states()
             if key in done:
                 return self._reuse(trial, done[key])
-            trials = retry(lambda: self.study.get_trials(deepcopy=False), "read")
             earlier = [t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get(A_TASK) == key
                        and t.number < trial.number]
             if not earlier:
                 break
             with Heartbeat(self.study, tid, s.heartbeat):
-                time.sleep(min(2.0, s.heartbeat))
+                if not self.help(census(self.study, exclude_number=trial.number, trials=trials)):
+                    time.sleep(min(2.0, s.heartbeat))
             reap_dead_trials(self.study, s.grace, s.heartbeat)
         t = replace(self._train_config(), seeds=list(task.seeds), lr=list(task.lrs),
                     lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -400,3 +401,33 @@ def test_two_workers_opening_a_new_stage_at_once_agree_on_one_definition(searche
     with pytest.raises(NormsearchError, match="was started with top 2"):
         open_stage(parent, "race-test", {"top": 1}, make_while_another_creates({"top": 2}))
     optuna.delete_study(study_name=name, storage=parent.storage_url)
+
+
+def test_a_task_queued_twice_by_two_workers_is_trained_by_both_once(tmp_path):
+    """Two workers that open a stage at once both queue its tasks. The one that asks for the second
+    copy of a task another worker is training helps train that task's runs (it used to sleep until
+    the first finished, leaving a core idle for the whole confirmation), and no run is trained twice."""
+    from normsearch.recipe import ConfirmConfig
+    from normsearch.search._stages import StageSearch
+    from normsearch.stages.confirm import open_confirm
+
+    recipe = write_tiny_recipe(tmp_path, "twice", steps=60, trials=0)
+    result = runner.invoke(app, ["run", str(recipe), "--search.baselines", "[pre_ln, post_ln]"])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "results" / "twice"
+    cfg = replace(ConfirmConfig(), top=0, seeds=4)
+    handle, stage = open_confirm(open_results(folder), cfg)
+    for key in StageSearch(handle, stage).tasks():  # what two workers that open the stage at once may do
+        for _ in range(2):
+            handle.study.enqueue_trial({}, user_attrs={"task": key})
+    p = _cli("confirm", folder, "--top", "0", "--seeds", "4", "--jobs", "2")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    runs = [json.loads(q.read_text()) for q in (folder / "confirm" / "runs").glob("*/seed*.json")]
+    assert sorted((r["label"], r["seed"]) for r in runs) == sorted(
+        (b, s) for b in ("pre_ln", "post_ln") for s in range(1000, 1004))  # each run once
+    workers = {label: {r["worker"] for r in runs if r["label"] == label} for label in ("pre_ln", "post_ln")}
+    assert any(len(w) == 2 for w in workers.values()), f"no task was shared between the two workers: {workers}"
+    trained = [t for t in confirm_handle(open_results(folder)).study.get_trials()
+               if t.state.name == "COMPLETE" and t.user_attrs.get("reused_from") is None]
+    assert len(trained) == 2  # one trained trial a task; the second copies reuse it
