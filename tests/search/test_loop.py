@@ -112,7 +112,9 @@ def _running_with_a_finished_run(db: Path) -> bool:
 
 def _signal_halfway(recipe, db: Path, sig):
     """Start `normsearch run`, send ``sig`` once a trial has finished a run but not all of them;
-    returns the process and its stderr."""
+    returns the process and its stderr. The callers' runs are long enough (150 steps) that the signal
+    lands inside the study even when this process is slow to send it on a loaded machine (with 40 steps
+    the whole study could end between the check and the signal)."""
     proc = _cli("run", recipe)
     try:
         _wait_for(lambda: _running_with_a_finished_run(db), what="a trial halfway")
@@ -127,7 +129,7 @@ def _signal_halfway(recipe, db: Path, sig):
 def test_resume_after_kill_9_mid_trial(tmp_path):
     """kill -9 while a trial is between its runs: the next run notices the dead worker, retries the
     trial, does not redo the finished run, and trains no architecture twice."""
-    recipe = tiny_recipe(tmp_path, name="killed", steps=40, trials=1)
+    recipe = tiny_recipe(tmp_path, name="killed", steps=150, trials=1)
     _signal_halfway(recipe, tmp_path / "results" / "killed" / "study.db", signal.SIGKILL)
     again = _cli("run", recipe)
     out, err = again.communicate(timeout=300)
@@ -262,7 +264,7 @@ def test_status_and_missing_study(tmp_path):
 
 
 def test_ctrl_c_marks_the_trial_for_a_rerun(tmp_path):
-    recipe = tiny_recipe(tmp_path, name="intr", steps=40, trials=1)
+    recipe = tiny_recipe(tmp_path, name="intr", steps=150, trials=1)
     proc, err = _signal_halfway(recipe, tmp_path / "results" / "intr" / "study.db", signal.SIGINT)
     assert proc.returncode == 130, err
     assert "interrupted: finished trials are kept; run the same command to resume" in err
