@@ -10,6 +10,17 @@ os.environ["NORMSEARCH_CACHE"] = tempfile.mkdtemp(prefix="normsearch-test-cache-
 
 
 @pytest.fixture(autouse=True)
+def _sigint_as_it_was():
+    """A test that leaves Ctrl-C ignored in this process (Lightning sets SIGINT to SIG_IGN when it
+    catches a KeyboardInterrupt) would leave it ignored in every process the later tests start: an
+    ignored signal stays ignored across exec, and Python then installs no KeyboardInterrupt."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not handler:
+        signal.signal(signal.SIGINT, handler)
+
+
+@pytest.fixture(autouse=True)
 def _no_process_outlives_its_test(monkeypatch):
     """Every process a test starts (itself, or through the code under test) is gone when the test ends:
     one still running then (a test that failed or timed out before it waited) is killed with its process

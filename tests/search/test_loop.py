@@ -84,8 +84,10 @@ def test_recipe_change_is_refused(tmp_path):
 
 def _cli(*args, cwd=None, env_extra=None):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    # Ctrl-C reaches the child as a user's would, whatever this process's disposition of SIGINT
     return subprocess.Popen([sys.executable, "-m", "normsearch", *map(str, args)], cwd=cwd or ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(cond, timeout=120, what="condition"):
