@@ -32,9 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _env() -> dict:
+    """This checkout's normsearch for the commands the benchmark starts."""
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
 def study(recipe: Path, results: Path, name: str, jobs: str, overrides: list[str]) -> tuple[int, float]:
     """(completed runs of every stage, seconds) of one fresh study."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = _env()
     cmd = [sys.executable, "-m", "normsearch", "run", str(recipe), "--results_dir", str(results), "--name", name,
            "--jobs", jobs, *overrides]
     start = time.perf_counter()
@@ -50,7 +55,7 @@ def headroom(recipe: Path, overrides: list[str]) -> float:
     """The raw headroom of this machine now: training tokens/s of one run per core side by side (one
     thread each) over one run on every core, Pre-LN on the recipe's model. What a study's ratio can
     approach, measured in the same invocation (the VM's speed with 2 threads varies from hour to hour)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = _env()
     cores = os.cpu_count() or 1
 
     def cmd(threads: int, seed: int) -> list[str]:
