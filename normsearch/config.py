@@ -35,6 +35,10 @@ class _Mismatch(Exception):
     pass
 
 
+#: a scalar field's type -> (the YAML values it takes, how they are converted)
+_SCALARS = {bool: (bool, bool), int: (int, int), float: ((int, float), float), str: (str, str)}
+
+
 def _coerce(tp, value, path: str):
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -63,21 +67,10 @@ def _coerce(tp, value, path: str):
         if isinstance(value, Mapping):
             return dict(value)
         raise _Mismatch
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise _Mismatch
-    if tp is str:
-        if isinstance(value, str):
-            return value
+    if tp in _SCALARS:  # a bool is no number here: YAML's `true` is not 1
+        accepts, convert = _SCALARS[tp]
+        if isinstance(value, accepts) and (tp is bool or not isinstance(value, bool)):
+            return convert(value)
         raise _Mismatch
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):

@@ -19,12 +19,17 @@ class SpecError(NormsearchError, ValueError):
     """A placement or norm spec that cannot describe a network."""
 
 
-def did_you_mean(word: str, known) -> str:
-    """' (did you mean X?)' when a known name is close to ``word``, else ''."""
+def closest(word, known, n: int = 3) -> str:
+    """"'a' or 'b'": the (at most ``n``) known names closest to ``word`` (difflib), '' when none is close."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return " or ".join(map(repr, difflib.get_close_matches(str(word), [str(k) for k in known], n=n)))
+
+
+def did_you_mean(word: str, known) -> str:
+    """' (did you mean X?)' when a known name is close to ``word``, else ''."""
+    close = closest(word, known, n=1)
+    return f" (did you mean {close}?)" if close else ""
 
 
 def unknown(what: str, word, known) -> str:

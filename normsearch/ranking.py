@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .errors import NormsearchError, closest
 from .records import A_ARCH, A_FAILED, STAGE_SEP, ArchRecord, RunResult, run_keys, trial_runs
 from .scoring import score_runs
 
@@ -196,11 +197,7 @@ class Ranking:
 
 def format_p(p: float | None) -> str:
     """'p = 0.036', 'p < 0.001', or 'no p-value'."""
-    if p is None:
-        return "no p-value"
-    if p < 0.001:
-        return "p < 0.001"
-    return f"p = {p:.3f}"
+    return "no p-value" if p is None else "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -208,13 +205,15 @@ def format_p(p: float | None) -> str:
 
 
 def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objective: str | None = None,
-         margin: float | None = None, alpha: float | None = None) -> Ranking:
+         margin: float | None = None, alpha: float | None = None, *,
+         required_against: tuple[str, ...] | list[str] = ()) -> Ranking:
     """Rank the finished architectures of a study made by normsearch.
 
     ``study``: a :class:`normsearch.search.StudyHandle`, an ``optuna.Study``, or a results folder
     (opened with its recipe's storage). ``against``: labels to compare every row with (normally
-    baselines; any finished row's label works). ``margin``/``alpha``: the recipe's ``report``
-    section unless given. ``objective`` names what the sampler optimised (default: the study's)."""
+    baselines; any finished row's label works; others go to ``missing_against``). ``required_against``:
+    more, that the user named: one no trial has is an error (:func:`check_against`). ``margin``/``alpha``:
+    the recipe's ``report`` section unless given. ``objective``: what the sampler optimised (default: the study's)."""
     study, recipe = _as_study(study)
     objective = objective or recipe.search.objective
     if objective not in ("mean", "robust"):
@@ -227,6 +226,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
 
     groups: dict[str, list[tuple[Any, ArchRecord]]] = {}
     records = {t.number: ArchRecord.from_trial(t) for t in trials}
+    check_against(required_against, study.study_name, list(records.values()))
     for t in trials:
         if t.state.name in ("COMPLETE", "PRUNED") and records[t.number].arch_id:
             groups.setdefault(records[t.number].arch_id, []).append((t, records[t.number]))
@@ -238,7 +238,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
                 choices.setdefault(name, list(dist.choices))
 
     rows = [_row(arch, ts, n_layers) for arch, ts in groups.items()]
-    against = list(dict.fromkeys(against))
+    against = list(dict.fromkeys([*against, *required_against]))
     judgement = _judge(rows, against, recipe, margin, alpha)
     order = {r.label: i for i, r in enumerate(sorted((r for r in rows if r.rank is not None), key=lambda r: r.rank))}
     rows.sort(key=lambda r: (r.rank is None, order.get(r.label, 0), r.label))
@@ -268,6 +268,19 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
         missing_against=[a for a in against if a not in labels], running_trials=running, failures=failures,
         history=history, param_choices=choices, cost=_cost(trials, recipe), judgement=judgement,
     )
+
+
+def check_against(names, study_name: str, records: list[ArchRecord]) -> None:
+    """A :class:`NormsearchError` for the first of ``names`` that no trial of the study has as its label,
+    naming the closest labels (difflib), or else the study's baselines and other architectures."""
+    labels = list(dict.fromkeys(r.label for r in records))
+    for name in (n for n in names if n not in labels):
+        archs = [r for r in records if r.arch_id and r.reused_from is None]  # one label per architecture
+        bases, others = ([r.label for r in archs if bool(r.baseline) == b] for b in (True, False))
+        hint = (f"did you mean {closest(name, labels)}?" if closest(name, labels) else
+                f"its baselines: {', '.join(bases) or 'none'}; its other architectures: "
+                f"{', '.join(others[:12]) or 'none'}{', ...' if len(others) > 12 else ''}")
+        raise NormsearchError(f"--against {name!r}: study {study_name!r} has no architecture of that name ({hint})")
 
 
 def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
@@ -369,16 +382,15 @@ def _unigram(recipe, runs: list[RunResult]) -> float | None:
     recorded it."""
     if not runs:
         return None
+    recorded = next((r.unigram_bpb for r in runs if r.unigram_bpb is not None), None)
     if any(r.metric == "test_bpb" for r in runs):  # scored on the test split: the reference each run recorded there
-        known = [r.unigram_bpb for r in runs if r.unigram_bpb is not None]
-        return known[0] if known else None
+        return recorded
     try:
         from .data import load_tokens
 
         return load_tokens(recipe.data).unigram_bpb(recipe.model.context_length, recipe.data.eval_windows)
     except Exception:  # the data moved or cannot be built here: the value the runs recorded, if any
-        known = [r.unigram_bpb for r in runs if r.unigram_bpb is not None]
-        return known[0] if known else None
+        return recorded
 
 
 def _search_value(history: list[HistoryPoint]):

@@ -287,6 +287,26 @@ def test_against_missing_baseline_and_duplicates():
     assert r.row("t5").comparison("t5") is None  # any finished row can be compared with, never itself
 
 
+def test_a_required_against_that_the_study_does_not_have_is_an_error():
+    """The names the user gave (``required_against``) must be architectures of the study; the default
+    ones (``against``) that are not stay skipped. One the study has but did not rank (pruned) is kept
+    and listed as missing, as before."""
+    from normsearch.errors import NormsearchError
+
+    r = rank(build_study(), against=["post_ln", "peri_ln"], required_against=["t5", "t8"])
+    assert r.against == ["post_ln", "peri_ln", "t5", "t8"] and r.missing_against == ["post_ln", "t8"]
+    assert [c.against for c in r.row("t3").comparisons] == ["peri_ln", "t5"]
+    with pytest.raises(NormsearchError, match=r"--against 'peri_lm': study 'synth' has no architecture of that "
+                                              r"name \(did you mean 'peri_ln' or 'pre_ln'\?\)"):
+        rank(build_study(), required_against=["t5", "peri_lm"])
+    with pytest.raises(NormsearchError) as e:
+        rank(build_study(), required_against=["qk_everywhere"])
+    # no close name: the baselines, then one label per other architecture (not the reused t7 and t10, nor the
+    # failed t9; the pruned t8 is an architecture of the study)
+    assert str(e.value).endswith("(its baselines: pre_ln, peri_ln, hybridnorm; its other architectures: "
+                                 "t3, t4, t5, t6, t8)")
+
+
 def test_one_seed_gives_no_interval_and_no_comparison():
     r = rank(build_study(seeds=(0,)))
     t3 = r.row("t3")

@@ -127,7 +127,7 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
               f"of that pair: tied last at both, it would count as agreement; one that failed every run at one of "
               f"them stays, ranked last there. Kendall's tau-b and "
               f"Spearman's rho, 1 for the same order and -1 for the reverse. 95% percentile intervals from "
-              f"{stats.n_boot} draws in which each architecture's mean at each rung is drawn from its own per-rung "
+              f"{stats.n_draws} draws in which each architecture's mean at each rung is drawn from its own per-rung "
               f"uncertainty, mean + SE x t with the SD and degrees of freedom of its interval in the table above "
               f"(pooled within the rung where variances may be pooled, its own otherwise; a mean of one successful "
               f"run, which has no interval there, borrows the rung's pooled SD and its degrees of freedom), failure "
@@ -160,7 +160,7 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
     name = lambda a: _md(lab.get(a, a))
     lines = ["### Power laws", "",
              f"L(N) = E + A N^-alpha, least squares on each rung's mean loss with E ≥ 0, A > 0, 0 < alpha < 2; "
-             f"95% intervals by refitting the {stats.n_boot} draws of the rung means above.", "",
+             f"95% intervals by refitting the {stats.n_draws} draws of the rung means above.", "",
              "| label | rungs | E [95%] | A | alpha [95%] | RMSE | note |", "|---|---|---|---|---|---|---|"]
     for a, f in stats.fits.items():
         if not f.ok:
@@ -186,7 +186,7 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
         lines.append(f"| {p.rank} | {name(p.arch)} | {p.loss:.4f} {_ci(p.ci, '{:.4f}')} | {num(p.p_best, '{:.2f}')} |")
     top = x.projections[0]
     lines.append("")
-    sure = f" in {top.p_best:.0%} of the bootstrap draws" if top.p_best is not None else ""
+    sure = f" in {top.p_best:.0%} of the draws" if top.p_best is not None else ""
     whole = (f"; the whole order recurs in {x.p_order:.0%} of them" if x.p_order is not None and len(x.projections) > 1
              else "")
     lines.append(f"- Lowest at N*: `{name(top.arch)}`{sure}{whole}.")

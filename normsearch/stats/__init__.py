@@ -26,9 +26,10 @@ From runs to a ranking, in order:
 from .analysis import ArchStats, StudyStats, analyse
 from .inference import (ALPHA, MARGIN, POWER, VERDICTS, Comparison, Interval, PooledFit, Ranks, adjust, compare,
                         interval, pooled_fit, posterior_ranks, seeds_needed)
-from .ladder import LadderStats, Rung, RungArch, analyse_ladder, extrapolate, rung_from_runs
+from .ladder import LadderStats, analyse_ladder, extrapolate
 from .outcomes import (OUTCOMES, ArchLr, LrBasin, LrCell, Run, arch_basin, classify_run, hurdle_key, hurdle_order,
                        lr_basin, stall_margin, sweep, unigram_bits_per_byte, wilson)
+from .rung import Rung, RungArch, rung_from_runs
 from .search_value import SearchValue, expected_best_of_k, search_value
 
 __all__ = [

@@ -1,9 +1,10 @@
 """Across the rungs of a scale ladder (issue 17): does the order found at small size hold as the model
 grows? Pure functions over plain data, so that they can be tested without training.
 
-A :class:`Rung` holds, per architecture, the seeds' final losses of its successful runs and its failed
-runs (at the learning rate it is scored at; :func:`rung_from_runs` builds one from :class:`Run` s with
-the same choice as :func:`analyse`). :func:`analyse_ladder` gives a :class:`LadderStats`:
+A :class:`Rung` (:mod:`.rung`) holds, per architecture, the seeds' final losses of its successful runs
+and its failed runs (at the learning rate it is scored at; :func:`rung_from_runs` builds one from
+:class:`Run` s with the same choice as :func:`analyse`). :func:`analyse_ladder` gives a
+:class:`LadderStats`:
 
 1. per rung, the hurdle order (failure rate first, then mean loss; architectures that failed every
    run share the last place) and each architecture's mean with its 95% interval;
@@ -26,137 +27,21 @@ Rules: ``docs/statistics.md`` (section "Across model sizes").
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .inference import ALPHA, compare, interval, pooled_fit
-from .outcomes import Run, sweep, unbracketed, wilson
+from ..records import jsonable
+from .inference import ALPHA, compare, pooled_fit
 from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
+from .rung import Rung, RungPoint, mean_draws, rung_points
+from .rung import RungArch, rung_from_runs  # noqa: F401  (re-exported: their home was this module)
 
-N_BOOT = 2000
+N_DRAWS = 2000  # draws of every rung mean (:func:`mean_draws`): parametric, not a bootstrap of the seeds
 REVERSAL_VERDICTS = ("both significant", "one significant", "within noise")
-P_CROSS_WARN = 0.10  # warn of a pair whose bootstrap curves cross before N* in more than this share of draws
+P_CROSS_WARN = 0.10  # warn of a pair whose drawn curves cross before N* in more than this share of draws
 FEW_SEEDS = 3  # a mean over fewer successful seeds gets a warning: its SD, and so its interval, is barely estimated
-
-
-@dataclass
-class RungArch:
-    """One architecture at one rung: seed -> final loss (bits/byte) of its successful runs, and its
-    failed runs. ``size``: its parameter count (or compute) there; None takes the rung's."""
-
-    losses: dict[int, float] = field(default_factory=dict)
-    n_diverged: int = 0
-    n_stalled: int = 0
-    size: float | None = None
-    lr: float | None = None  # the chosen learning rate (None: not known, or no run succeeded anywhere)
-    lrs: tuple[float, ...] = ()  # every learning rate trained at this rung (a sweep with its extension)
-    # every run of the rung, at every learning rate (None: only the chosen learning rate's are known)
-    all_runs: int | None = None
-    all_failed: int | None = None
-
-    @property
-    def n_ok(self) -> int:
-        return len(self.losses)
-
-    @property
-    def n_failed(self) -> int:
-        return self.n_diverged + self.n_stalled
-
-    @property
-    def n_runs(self) -> int:
-        return self.n_ok + self.n_failed
-
-    @property
-    def failure_rate(self) -> float:
-        """1 when nothing succeeded (as the hurdle order counts it)."""
-        return self.n_failed / self.n_runs if self.n_ok else 1.0
-
-    @property
-    def n_runs_all(self) -> int:
-        return self.n_runs if self.all_runs is None else self.all_runs
-
-    @property
-    def n_failed_all(self) -> int:
-        return self.n_failed if self.all_failed is None else self.all_failed
-
-    @property
-    def at_edge(self) -> bool:
-        """The chosen learning rate is the smallest or the largest of two or more trained: the sweep did
-        not bracket the optimum, which may lie beyond the trained range (a wider sweep could find a lower
-        loss)."""
-        return unbracketed(self.lr, self.lrs)
-
-    @property
-    def mean(self) -> float | None:
-        return float(np.mean(list(self.losses.values()))) if self.losses else None
-
-    @property
-    def key(self) -> tuple[float, float]:
-        """The hurdle key, smaller first: failure rate, then mean loss (inf when nothing succeeded)."""
-        return (self.failure_rate, self.mean if self.losses else math.inf)
-
-
-@dataclass
-class Rung:
-    """One model size. ``size`` is the rung's N (parameters or compute) for architectures without their own."""
-
-    name: str
-    archs: dict[str, RungArch]
-    size: float | None = None
-
-    def size_of(self, arch: str) -> float | None:
-        s = self.archs[arch].size
-        return float(s) if s is not None else None if self.size is None else float(self.size)
-
-    def order(self) -> list[str]:
-        """The hurdle order (name breaks exact ties, as :func:`hurdle_order` does)."""
-        return sorted(self.archs, key=lambda a: (*self.archs[a].key, a))
-
-
-def rung_from_runs(name: str, runs: Iterable[Run], size: float | Mapping[str, float] | None = None) -> Rung:
-    """A rung from its runs: each architecture at its chosen learning rate (:func:`sweep`, the rule of
-    :func:`analyse`); one with no successful run anywhere counts all its runs as failed. The failures
-    at every learning rate and the learning rates trained are kept beside the chosen one's."""
-    archs = {}
-    for arch, lr in sweep(runs).items():
-        best = lr.best
-        if best is not None:
-            ra = RungArch(dict(best.losses), best.n_diverged, best.n_stalled)
-        else:
-            ra = RungArch({}, sum(c.n_diverged for c in lr.cells), sum(c.n_stalled for c in lr.cells))
-        ra.lr, ra.lrs = lr.best_lr, tuple(c.lr for c in lr.cells)
-        ra.all_runs, ra.all_failed = lr.n_runs, lr.n_failed
-        if isinstance(size, Mapping):
-            ra.size = float(size[arch]) if arch in size else None
-        archs[arch] = ra
-    return Rung(name, archs, None if isinstance(size, Mapping) else size)
-
-
-@dataclass
-class RungPoint:
-    """An architecture at one rung, as the table and the plot show it."""
-
-    rung: str
-    size: float | None
-    rank: int  # hurdle place, 1 = best; architectures that failed every run share the last place
-    n_runs: int  # at the chosen learning rate
-    n_failed: int  # at the chosen learning rate: what the hurdle ranks by
-    failure_rate: float
-    failure_ci: tuple[float, float]  # Wilson 95%
-    mean: float | None
-    ci_low: float | None  # 95% interval of the mean (pooled or per-arch, as the ranking's)
-    ci_high: float | None
-    n_ok: int = 0  # successful seeds behind the mean
-    n_runs_all: int = 0  # every run of the rung, at every learning rate
-    n_failed_all: int = 0
-    failure_rate_all: float = 0.0
-    failure_ci_all: tuple[float, float] = (0.0, 1.0)
-    lr: float | None = None  # the chosen learning rate
-    lrs: tuple[float, ...] = ()  # the learning rates trained
-    at_edge: bool = False  # the chosen one is an end of two or more trained: an unbracketed optimum
 
 
 @dataclass
@@ -172,7 +57,7 @@ class Agreement:
     tau_ci: tuple[float, float] | None
     rho: float | None  # Spearman's rho (average ranks for ties)
     rho_ci: tuple[float, float] | None
-    n_draws: int  # bootstrap draws where both were defined
+    n_draws: int  # draws where both were defined
 
 
 @dataclass
@@ -213,18 +98,18 @@ class Projection:
     loss: float
     ci: tuple[float, float] | None
     rank: int
-    p_best: float | None  # share of bootstrap draws where it is the lowest
+    p_best: float | None  # share of draws where it is the lowest
 
 
 @dataclass
 class Crossing:
     """A pair to warn of: the fitted curves cross between the largest rung and the target, or more than
-    :data:`P_CROSS_WARN` of the bootstrap draws' curves do."""
+    :data:`P_CROSS_WARN` of the draws' curves do."""
 
     a: str
     b: str
     at: float | None  # where the fitted curves cross between the largest rung and the target (None: they do not)
-    p_cross: float | None  # share of bootstrap draws in which they cross there
+    p_cross: float | None  # share of draws in which they cross there
 
 
 @dataclass
@@ -252,7 +137,7 @@ class LadderStats:
     reversals: list[Reversal]
     fits: dict[str, PowerFit]
     extrapolation: Extrapolation | None
-    n_boot: int
+    n_draws: int  # of every rung mean (:func:`mean_draws`)
     seed: int
     alpha: float = ALPHA
     all_failed: dict[str, list[str]] = field(default_factory=dict)  # arch -> the rungs where every run failed
@@ -263,25 +148,11 @@ class LadderStats:
         return next((g for g in self.agreements if {g.rung_a, g.rung_b} == {a, b}), None)
 
     def to_dict(self) -> dict:
-        """Everything as JSON-ready values (NaN and inf become None; bootstrap draws are left out)."""
+        """Everything as JSON-ready values (NaN and inf become None; the fits' draws are left out)."""
         d = asdict(self)
         for f in d["fits"].values():
             f.pop("draws", None)
-        return _jsonable(d)
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    return v
+        return jsonable(d)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -332,7 +203,7 @@ def _point(v: np.ndarray) -> float | None:
     return float(v[0]) if np.isfinite(v[0]) else None
 
 
-def _agreement(ra: Rung, rb: Rung, adjacent: bool, boot: dict) -> Agreement:
+def _agreement(ra: Rung, rb: Rung, adjacent: bool, draws: dict) -> Agreement:
     """tau and rho over the architectures run at both rungs. One that failed every run at both is left
     out (and named): it has no loss at either and ties last at both, so keeping it would count a shared
     last place as agreement, and several of them would make any two orders look alike. One that failed
@@ -344,52 +215,11 @@ def _agreement(ra: Rung, rb: Rung, adjacent: bool, boot: dict) -> Agreement:
     if len(archs) < 2:
         return Agreement(ra.name, rb.name, adjacent, archs, left_out, None, None, None, None, 0)
     xa, xb = _scores(ra, archs, obs[0]), _scores(rb, archs, obs[1])
-    draws = [np.column_stack([boot[r.name][a] for a in archs]) for r in (ra, rb)]
-    da, db = _scores(ra, archs, draws[0]), _scores(rb, archs, draws[1])
+    cols = [np.column_stack([draws[r.name][a] for a in archs]) for r in (ra, rb)]
+    da, db = _scores(ra, archs, cols[0]), _scores(rb, archs, cols[1])
     tau, rho = kendall_tau_b(da, db), spearman_rho(da, db)
     return Agreement(ra.name, rb.name, adjacent, archs, left_out, _point(kendall_tau_b(xa, xb)), _ci(tau),
                      _point(spearman_rho(xa, xb)), _ci(rho), int(np.sum(np.isfinite(tau) & np.isfinite(rho))))
-
-
-def mean_draws(rungs: Sequence[Rung], n_boot: int, seed: int, alpha: float = ALPHA) -> dict[str, dict[str, np.ndarray]]:
-    """Per rung and architecture, ``n_boot`` draws of its mean loss from the uncertainty of its own
-    per-rung interval (:func:`interval`, the one the tables print): mean + sd / sqrt(n) x t.
-
-    Where the rung's variances may be pooled, sd is the pooled within-architecture SD and t is
-    z x sqrt(df / chi2_df), one chi-square draw per draw shared by the rung's architectures (they share
-    that SD's uncertainty); otherwise the architecture's own SD with t on n - 1 df. An architecture with
-    one successful run borrows the pooled SD when the rung has one, with a t of its own on that SD's df,
-    and is held at its mean when it has none. inf for an architecture with no successful run (it ranks
-    last in every draw).
-
-    Not a resampling of the seeds: with two seeds a resampled mean takes only three values, and the
-    spread of tau and rho would be far narrower than the per-rung intervals allow."""
-    rng = np.random.default_rng(seed)
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for r in rungs:
-        samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
-        fit = pooled_fit(samples, alpha)
-        scale = None  # sqrt(df / chi2_df) per draw, for the architectures on the pooled SD
-        out[r.name] = {}
-        for a in sorted(r.archs):
-            iv = interval(samples, a, fit)
-            if iv.mean is None:
-                out[r.name][a] = np.full(n_boot, math.inf)
-                continue
-            sd, df, method = iv.sd, iv.df, iv.method
-            if method == "none" and fit is not None and fit.level_sigma is not None:
-                sd, df = fit.level_sigma, fit.level_df
-            if sd is None or not df:
-                out[r.name][a] = np.full(n_boot, iv.mean)
-                continue
-            if method == "pooled":
-                if scale is None:
-                    scale = np.sqrt(df / rng.chisquare(df, n_boot))
-                t = rng.standard_normal(n_boot) * scale
-            else:
-                t = rng.standard_t(df, n_boot)
-            out[r.name][a] = iv.mean + sd / math.sqrt(iv.n) * t
-    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -440,26 +270,7 @@ def _reversals(rungs: Sequence[Rung], alpha: float) -> list[Reversal]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Points, fits and extrapolation
-
-
-def _points(rungs: Sequence[Rung], alpha: float) -> dict[str, list[RungPoint]]:
-    out: dict[str, list[RungPoint]] = {}
-    for r in rungs:
-        samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
-        fit = pooled_fit(samples, alpha)
-        order = r.order()
-        n_tried = sum(1 for a in order if r.archs[a].n_ok)
-        for place, a in enumerate(order, 1):
-            ra = r.archs[a]
-            iv = interval(samples, a, fit)
-            out.setdefault(a, []).append(RungPoint(
-                r.name, r.size_of(a), place if ra.n_ok else n_tried + 1, ra.n_runs, ra.n_failed,
-                ra.n_failed / ra.n_runs if ra.n_runs else 0.0, wilson(ra.n_failed, ra.n_runs), ra.mean,
-                iv.ci_low, iv.ci_high, ra.n_ok, ra.n_runs_all, ra.n_failed_all,
-                ra.n_failed_all / ra.n_runs_all if ra.n_runs_all else 0.0, wilson(ra.n_failed_all, ra.n_runs_all),
-                ra.lr, tuple(ra.lrs), ra.at_edge))
-    return out
+# Fits and extrapolation
 
 
 def _all_failed(rungs: Sequence[Rung]) -> dict[str, list[str]]:
@@ -472,15 +283,15 @@ def _all_failed(rungs: Sequence[Rung]) -> dict[str, list[str]]:
     return out
 
 
-def _fits(rungs: Sequence[Rung], boot, dead: Mapping[str, list[str]]) -> dict[str, PowerFit]:
+def _fits(rungs: Sequence[Rung], draws, dead: Mapping[str, list[str]]) -> dict[str, PowerFit]:
     """A power law per architecture over the rungs where it trained; a rung where every run failed
     is named, as the reason for a missing fit or as a note on one made without it."""
     out = {}
     for a in dict.fromkeys(a for r in rungs for a in r.archs):
         here = [r for r in rungs if a in r.archs and r.archs[a].n_ok and r.size_of(a) is not None]
         here.sort(key=lambda r: r.size_of(a))
-        draws = np.column_stack([boot[r.name][a] for r in here]) if here else None
-        f = fit_power_law(a, [r.size_of(a) for r in here], [r.archs[a].mean for r in here], draws)
+        cols = np.column_stack([draws[r.name][a] for r in here]) if here else None
+        f = fit_power_law(a, [r.size_of(a) for r in here], [r.archs[a].mean for r in here], cols)
         if a in dead:
             failed = f"every run failed at {', '.join(dead[a])}"
             if f.ok:
@@ -493,7 +304,7 @@ def _fits(rungs: Sequence[Rung], boot, dead: Mapping[str, list[str]]) -> dict[st
 
 def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[str] = (),
                 left_out: Mapping[str, str] | None = None) -> Extrapolation:
-    """The fitted losses at ``target``, their order with P(best) and P(whole order) over paired bootstrap
+    """The fitted losses at ``target``, their order with P(best) and P(whole order) over the fits' paired
     draws, and every pair whose fitted curves cross between the largest size fitted and ``target``, or
     whose draws' curves cross there in more than :data:`P_CROSS_WARN` of the draws.
     ``failing``: architectures to flag for failures at the largest rung; ``left_out``: architecture ->
@@ -522,7 +333,7 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
 
 
 def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit: str = "parameters",
-                   n_boot: int = N_BOOT, seed: int = 0, alpha: float = ALPHA) -> LadderStats:
+                   n_draws: int = N_DRAWS, seed: int = 0, alpha: float = ALPHA) -> LadderStats:
     """Everything across the rungs (ordered small to large): per-rung orders and points, rank agreement
     for every pair of rungs, the reversals between any two, the power-law fits and, when ``target``
     (N*) is given, the extrapolation to it; and the caveats (rungs where an architecture failed every
@@ -531,15 +342,15 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
         raise ValueError(f"a ladder needs at least 2 rungs, got {len(rungs)}")
     if len({r.name for r in rungs}) < len(rungs):
         raise ValueError("rung names must be distinct")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    if n_draws < 1:
+        raise ValueError(f"n_draws must be at least 1, got {n_draws}")
     if target is not None and not target > 0:
         raise ValueError(f"the target size must be positive, got {target}")
-    boot = mean_draws(rungs, n_boot, seed, alpha)
-    agreements = [_agreement(rungs[i], rungs[j], j == i + 1, boot)
+    draws = mean_draws(rungs, n_draws, seed, alpha)
+    agreements = [_agreement(rungs[i], rungs[j], j == i + 1, draws)
                   for i, j in itertools.combinations(range(len(rungs)), 2)]
     dead = _all_failed(rungs)
-    fits = _fits(rungs, boot, dead)
+    fits = _fits(rungs, draws, dead)
     last = rungs[-1]
     failing = [a for a, ra in last.archs.items() if ra.n_failed]
     gone = {a: f"every run failed at the largest rung ({last.name})" for a, ra in last.archs.items() if not ra.n_ok}
@@ -547,6 +358,6 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
     edge = [(a, r.name, float(ra.lr)) for r in rungs for a, ra in r.archs.items() if ra.at_edge]
     return LadderStats(
         rungs=[r.name for r in rungs], size_unit=size_unit, orders={r.name: r.order() for r in rungs},
-        points=_points(rungs, alpha), agreements=agreements, reversals=_reversals(rungs, alpha), fits=fits,
-        extrapolation=extrapolate(fits, target, failing, gone) if target is not None else None, n_boot=n_boot,
+        points=rung_points(rungs, alpha), agreements=agreements, reversals=_reversals(rungs, alpha), fits=fits,
+        extrapolation=extrapolate(fits, target, failing, gone) if target is not None else None, n_draws=n_draws,
         seed=seed, alpha=alpha, all_failed=dead, few_seeds=few, at_edge=edge)

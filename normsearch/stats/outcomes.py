@@ -108,14 +108,14 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LrCell:
-    """The runs of one architecture at one learning rate."""
+    """The runs of one architecture at one learning rate: seed -> loss of the successful ones, and the
+    failed ones."""
 
     lr: float
-    n_runs: int
-    n_diverged: int
-    n_stalled: int
+    n_diverged: int = 0
+    n_stalled: int = 0
     losses: dict[int, float] = field(default_factory=dict)  # seed -> loss, successful runs only
 
     @property
@@ -127,8 +127,13 @@ class LrCell:
         return self.n_diverged + self.n_stalled
 
     @property
+    def n_runs(self) -> int:
+        return self.n_ok + self.n_failed
+
+    @property
     def failure_rate(self) -> float:
-        return self.n_failed / self.n_runs if self.n_runs else 0.0
+        """1 when nothing succeeded (as the hurdle order counts it)."""
+        return self.n_failed / self.n_runs if self.n_ok else 1.0
 
     @property
     def failure_ci(self) -> tuple[float, float]:
@@ -138,6 +143,12 @@ class LrCell:
     def mean(self) -> float | None:
         """Mean loss over the successful runs; None when none succeeded."""
         return sum(self.losses.values()) / self.n_ok if self.losses else None
+
+    @property
+    def key(self) -> tuple[float, float]:
+        """The hurdle key, smaller first: the failure rate, then the mean loss (inf when nothing
+        succeeded)."""
+        return (self.failure_rate, self.mean if self.losses else math.inf)
 
 
 @dataclass
@@ -161,6 +172,11 @@ class ArchLr:
     def failure_rate(self) -> float:
         """The failure rate at the chosen learning rate (1 when nothing succeeded): the hurdle."""
         return 1.0 if self.best is None else self.best.failure_rate
+
+    @property
+    def key(self) -> tuple[float, float]:
+        """The hurdle key at the chosen learning rate (see :func:`hurdle_key`)."""
+        return (1.0, math.inf) if self.best is None else self.best.key
 
     @property
     def n_runs(self) -> int:
@@ -188,8 +204,7 @@ def sweep(runs: Iterable[Run]) -> dict[str, ArchLr]:
         for lr in sorted(by_lr):
             rs = by_lr[lr]
             outcomes = [r.outcome for r in rs]
-            cells.append(LrCell(lr=lr, n_runs=len(rs), n_diverged=outcomes.count("diverged"),
-                                n_stalled=outcomes.count("stalled"),
+            cells.append(LrCell(lr=lr, n_diverged=outcomes.count("diverged"), n_stalled=outcomes.count("stalled"),
                                 losses={r.seed: float(r.loss) for r, o in zip(rs, outcomes) if o == "ok"}))
         usable = [c for c in cells if c.n_ok]
         best = min(usable, key=lambda c: (c.failure_rate, c.mean, c.lr)) if usable else None
@@ -204,18 +219,18 @@ def unbracketed(chosen: float | None, lrs: Iterable[float]) -> bool:
     return chosen is not None and len(lrs) >= 2 and chosen in (min(lrs), max(lrs))
 
 
-def hurdle_key(a: ArchLr) -> tuple[float, float]:
+def hurdle_key(a: ArchLr | LrCell) -> tuple[float, float]:
     """The hurdle ranking's key, smaller first: the failure rate at the chosen learning rate, then
     the mean loss of the successful runs there (architectures with no success come last)."""
-    best = a.best
-    return (a.failure_rate, best.mean if best else math.inf)
+    return a.key
 
 
-def hurdle_order(archs: Mapping[str, ArchLr]) -> list[str]:
+def hurdle_order(archs: Mapping[str, ArchLr | LrCell]) -> list[str]:
     """Architectures in hurdle order: failure rate at the chosen learning rate first (so every
     architecture that never failed there ranks ahead of any that did), then mean loss; name breaks
-    exact ties."""
-    return sorted(archs, key=lambda name: (*hurdle_key(archs[name]), name))
+    exact ties. ``archs``: sweeps, or each architecture's runs at its chosen learning rate (a ladder's
+    rung)."""
+    return sorted(archs, key=lambda name: (*archs[name].key, name))
 
 
 @dataclass

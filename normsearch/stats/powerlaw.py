@@ -1,10 +1,10 @@
-"""Power laws L(N) = E + A N^-alpha over the rungs of a ladder (issue 17), and the bootstrap that refits
-them.
+"""Power laws L(N) = E + A N^-alpha over the rungs of a ladder (issue 17), and their refits over the draws
+of the rung means (:func:`normsearch.stats.rung.mean_draws`: parametric draws, not a bootstrap).
 
 The fit is least squares on each rung's mean loss (unweighted), under the bounds E >= 0, A > 0 and
 0 < alpha < 2, with N scaled by the smallest size fitted (``n_ref``) so that the numbers stay near 1.
 Two solvers find the same minimum: a profile over alpha (for each alpha the best E and A are closed
-form, bounds included), which is fast and vectorised over bootstrap draws, and
+form, bounds included), which is fast and vectorised over the draws, and
 ``scipy.optimize.curve_fit`` started from the profile's optimum for the point estimate. Rules:
 ``docs/statistics.md``.
 """
@@ -38,11 +38,11 @@ class PowerFit:
     alpha: float | None = None
     n_ref: float | None = None  # N is scaled by this in the fit: L = E + B (N / n_ref)^-alpha, A = B n_ref^alpha
     rmse: float | None = None  # of the fit over the points fitted (0 when exactly determined)
-    E_ci: tuple[float, float] | None = None  # 95% bootstrap intervals (percentile)
+    E_ci: tuple[float, float] | None = None  # 95% intervals over the draws (percentile)
     A_ci: tuple[float, float] | None = None
     alpha_ci: tuple[float, float] | None = None
-    n_draws: int = 0  # bootstrap draws that fitted a falling curve (the others fitted a flat line)
-    draws: np.ndarray | None = field(default=None, repr=False)  # (n, 3): E, B, alpha per bootstrap draw
+    n_draws: int = 0  # draws that fitted a falling curve (the others fitted a flat line)
+    draws: np.ndarray | None = field(default=None, repr=False)  # (n, 3): E, B, alpha per draw
 
     @property
     def ok(self) -> bool:
@@ -59,7 +59,7 @@ class PowerFit:
         return self.E + self.B * (np.asarray(n, float) / self.n_ref) ** -self.alpha
 
     def predict_draws(self, n: float | np.ndarray) -> np.ndarray:
-        """The bootstrap draws' losses at ``n``: shape (draws,) or (draws, len(n))."""
+        """The draws' losses at ``n``: shape (draws,) or (draws, len(n))."""
         d = self.draws
         x = np.asarray(n, float) / self.n_ref
         if x.ndim == 0:
@@ -106,7 +106,7 @@ def _scan(x, y, alphas):
 
 def fit_power_law(arch: str, sizes, means, mean_draws: np.ndarray | None = None) -> PowerFit:
     """Fit L(N) = E + A N^-alpha to an architecture's (size, mean loss) points (sizes increasing), and
-    refit every row of ``mean_draws`` (bootstrap means, shape (draws, points)) for the intervals."""
+    refit every row of ``mean_draws`` (drawn means, shape (draws, points)) for the intervals."""
     from scipy.optimize import OptimizeWarning, curve_fit
 
     sizes, means = [float(s) for s in sizes], [float(v) for v in means]
@@ -176,7 +176,7 @@ def crossing(fa: PowerFit, fb: PowerFit, lo: float, hi: float, n_grid: int = 200
 
 
 def p_crossing(fa: PowerFit, fb: PowerFit, lo: float, hi: float, n_grid: int = 50) -> float | None:
-    """The fraction of paired bootstrap draws in which the two curves cross between lo and hi."""
+    """The fraction of paired draws in which the two curves cross between lo and hi."""
     if fa.draws is None or fb.draws is None:
         return None
     grid = np.geomspace(*sorted((lo, hi)), n_grid)

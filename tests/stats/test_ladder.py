@@ -35,9 +35,9 @@ def ladder(truth, sizes=SIZES, n_seeds=5, sigma=0.005, seed=0, failed=None):
         archs = {}
         for a, f in truth.items():
             if (a, k) in (failed or {}):
-                archs[a] = RungArch({}, n_diverged=failed[a, k])
+                archs[a] = RungArch(n_diverged=failed[a, k])
             else:
-                archs[a] = RungArch({s: float(f(n) + rng.normal(0, sigma)) for s in range(n_seeds)})
+                archs[a] = RungArch(losses={s: float(f(n) + rng.normal(0, sigma)) for s in range(n_seeds)})
         rungs.append(Rung(f"r{k}", archs, n))
     return rungs
 
@@ -55,7 +55,7 @@ def test_tau_b_and_rho_match_scipy_with_ties():
 
 def test_a_preserved_order_gives_tau_one_with_a_narrow_interval():
     truth = {f"a{i}": law(2.0 + 0.05 * i, 1.5, 0.3) for i in range(5)}
-    st = analyse_ladder(ladder(truth), n_boot=500)
+    st = analyse_ladder(ladder(truth), n_draws=500)
     assert len(st.agreements) == 6 and sum(g.adjacent for g in st.agreements) == 3
     for g in st.agreements:
         assert g.tau == 1.0 and g.rho == 1.0
@@ -73,7 +73,7 @@ def test_the_interval_widens_as_seed_noise_grows():
     truth = {f"a{i}": law(2.0 + 0.02 * i, 1.5, 0.3) for i in range(6)}
     lows = []
     for sigma in (0.002, 0.01, 0.04):
-        st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=2, sigma=sigma, seed=3), n_boot=1000)
+        st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=2, sigma=sigma, seed=3), n_draws=1000)
         lows.append(st.agreements[0].tau_ci[0])
         assert st.agreements[0].tau_ci[1] == 1.0 or sigma > 0.01
     assert lows[0] > lows[1] > lows[2], lows
@@ -85,14 +85,14 @@ def test_the_interval_widens_as_seed_noise_grows():
 def test_a_noisy_order_has_a_wide_interval():
     """The same ladder, with noise as large as the gaps: the interval must widen well below 1."""
     truth = {f"a{i}": law(2.0 + 0.005 * i, 1.5, 0.3) for i in range(5)}
-    st = analyse_ladder(ladder(truth, sigma=0.02, n_seeds=3), n_boot=500)
+    st = analyse_ladder(ladder(truth, sigma=0.02, n_seeds=3), n_draws=500)
     assert all(g.tau_ci[0] < 0.5 for g in st.agreements)
 
 
 def test_a_planted_reversal_is_named_and_a_small_one_is_within_noise():
     truth = {"steady": law(2.0, 1.5, 0.3), "late": law(1.7, 2.5, 0.5),  # worse small, better large
              "p": law(2.5, 1.5, 0.3), "q": law(2.5, 1.5, 0.3)}  # identical: any swap is noise
-    st = analyse_ladder(ladder(truth, sigma=0.01, n_seeds=4, seed=1), n_boot=500)
+    st = analyse_ladder(ladder(truth, sigma=0.01, n_seeds=4, seed=1), n_draws=500)
     late = [r for r in st.reversals if {r.a, r.b} == {"steady", "late"}]
     assert late, st.reversals
     assert {r.kind for r in late} >= {"first-last"}
@@ -110,7 +110,7 @@ def test_a_planted_reversal_is_named_and_a_small_one_is_within_noise():
 
 def test_a_planted_power_law_is_recovered_from_four_rungs():
     truth = {"a": law(2.0, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, n_seeds=6, sigma=0.003, seed=2), n_boot=500)
+    st = analyse_ladder(ladder(truth, n_seeds=6, sigma=0.003, seed=2), n_draws=500)
     f = st.fits["a"]
     assert f.ok and not f.exact and len(f.sizes) == 4
     assert f.E == pytest.approx(2.0, abs=0.05)
@@ -127,7 +127,7 @@ def test_a_reversal_between_rungs_that_are_neither_adjacent_nor_first_and_last_i
     rungs = ladder(truth, n_seeds=4, sigma=0.002, seed=6)
     r2 = rungs[2].archs
     r2["a"].losses, r2["b"].losses = r2["b"].losses, r2["a"].losses
-    st = analyse_ladder(rungs, n_boot=200)
+    st = analyse_ladder(rungs, n_draws=200)
     found = {(r.rung_a, r.rung_b, r.kind) for r in st.reversals}
     assert ("r0", "r2", "other") in found and ("r1", "r2", "adjacent") in found and ("r2", "r3", "adjacent") in found
     assert not any(r.rung_a == "r0" and r.rung_b == "r3" for r in st.reversals)  # the same order at both ends
@@ -145,7 +145,7 @@ def test_the_profile_solver_agrees_with_curve_fit():
 
 def test_three_rungs_say_the_fit_is_exactly_determined():
     truth = {"a": law(2.0, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=3), n_boot=200)
+    st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=3), n_draws=200)
     f = st.fits["a"]
     assert f.ok and f.exact and f.rmse < 1e-6
     assert any("exactly determined" in n for n in f.notes)
@@ -162,7 +162,7 @@ def test_too_few_rungs_or_a_rising_loss_give_no_fit_and_say_why():
 def test_crossing_curves_give_the_warning():
     truth = {"fast": law(1.5, 2.0, 0.25), "slow": law(2.0, 1.0, 0.5)}  # slow is better up to ~3e7, then fast
     rungs = ladder(truth, n_seeds=5, sigma=0.002, seed=4)
-    st = analyse_ladder(rungs, target=1e8, n_boot=500)
+    st = analyse_ladder(rungs, target=1e8, n_draws=500)
     x = st.extrapolation
     assert st.orders["r3"][0] == "slow" and x.order[0] == "fast"
     assert len(x.crossings) == 1
@@ -170,7 +170,7 @@ def test_crossing_curves_give_the_warning():
     assert {c.a, c.b} == {"fast", "slow"} and 6.4e6 < c.at < 1e8 and c.p_cross > 0.9
     text = "\n".join(ladder_lines(st))
     assert "**Warning**: the fitted curves of `fast` and `slow` cross" in text
-    near = analyse_ladder(rungs, target=8e6, n_boot=200).extrapolation
+    near = analyse_ladder(rungs, target=8e6, n_draws=200).extrapolation
     assert near.crossings == [] and near.order[0] == "slow"
 
 
@@ -178,9 +178,9 @@ def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_
     """Parallel laws 0.02 apart: with little noise no warning; with more, the fitted curves still do
     not cross before N*, but more than 10% of the draws' curves do, and that is warned of."""
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.02, 1.5, 0.3)}
-    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.005, seed=4), target=1e8, n_boot=500)
+    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.005, seed=4), target=1e8, n_draws=500)
     assert quiet.extrapolation.crossings == []
-    noisy = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.01, seed=4), target=1e8, n_boot=500)
+    noisy = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.01, seed=4), target=1e8, n_draws=500)
     (c,) = noisy.extrapolation.crossings
     assert c.at is None and c.p_cross > 0.1 and {c.a, c.b} == {"a", "b"}
     text = "\n".join(ladder_lines(noisy))
@@ -189,7 +189,7 @@ def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_
 
 def test_extrapolation_gives_intervals_and_p_best():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.2, 1.5, 0.3)}
-    x = analyse_ladder(ladder(truth), target=1e8, n_boot=500).extrapolation
+    x = analyse_ladder(ladder(truth), target=1e8, n_draws=500).extrapolation
     assert x.order == ["a", "b"] and x.p_order > 0.95
     pa = x.projections[0]
     assert pa.ci[0] <= pa.loss <= pa.ci[1] and pa.p_best > 0.95
@@ -199,7 +199,7 @@ def test_extrapolation_gives_intervals_and_p_best():
 def test_architectures_that_failed_every_run_rank_last():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "c": law(2.2, 1.5, 0.3), "d": law(1.0, 1.5, 0.3)}
     # d has the lowest loss wherever it trains, but fails every run at r2 and r3; c also fails at r3
-    st = analyse_ladder(ladder(truth, failed={("d", 2): 3, ("d", 3): 5, ("c", 3): 2}), target=1e8, n_boot=300)
+    st = analyse_ladder(ladder(truth, failed={("d", 2): 3, ("d", 3): 5, ("c", 3): 2}), target=1e8, n_draws=300)
     assert st.orders["r0"][0] == "d" and st.orders["r2"][-1] == "d"
     assert set(st.orders["r3"][-2:]) == {"c", "d"}
     last = {p.rung: p for p in st.points["d"]}
@@ -226,10 +226,10 @@ def test_architectures_that_failed_everywhere_do_not_make_the_orders_agree():
     rungs = ladder(truth, sizes=SIZES[:3])
     for r in rungs:
         for f in ("f1", "f2", "f3"):
-            r.archs[f] = RungArch({}, n_diverged=2)
+            r.archs[f] = RungArch(n_diverged=2)
     r1 = rungs[1].archs  # reverse x, y, z at r1
     r1["x"].losses, r1["z"].losses = r1["z"].losses, r1["x"].losses
-    st = analyse_ladder(rungs, n_boot=300)
+    st = analyse_ladder(rungs, n_draws=300)
     g = st.agreement("r0", "r1")
     assert g.archs == ["x", "y", "z"] and g.left_out == ["f1", "f2", "f3"]
     assert g.tau == -1.0 and g.rho == -1.0 and g.tau_ci[1] < 0
@@ -240,13 +240,13 @@ def test_a_rung_where_every_run_failed_is_flagged_wherever_it_is():
     """A failure at a middle rung is flagged too, and one at the largest of three rungs is the reason
     for the missing fit (not only "2 rungs")."""
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "m": law(2.2, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, failed={("m", 1): 3, ("b", 3): 2}), target=1e8, n_boot=200)
+    st = analyse_ladder(ladder(truth, failed={("m", 1): 3, ("b", 3): 2}), target=1e8, n_draws=200)
     assert st.all_failed == {"m": ["r1"], "b": ["r3"]}
     assert st.fits["m"].ok and any("every run failed at r1" in n for n in st.fits["m"].notes)
     text = "\n".join(ladder_lines(st))
     assert "**Every run of `m` failed at r1.**" in text
     assert "`m` is extrapolated from the rungs where it trained; every run failed at r1" in text
-    three = analyse_ladder(ladder(truth, sizes=SIZES[:3], failed={("b", 2): 2}), target=1e8, n_boot=200)
+    three = analyse_ladder(ladder(truth, sizes=SIZES[:3], failed={("b", 2): 2}), target=1e8, n_draws=200)
     assert three.fits["b"].reason.startswith("every run failed at r2")
     assert three.extrapolation.left_out["b"].startswith("no fit: every run failed at r2")
 
@@ -279,7 +279,7 @@ def test_failures_at_every_learning_rate_are_reported_beside_the_chosen_ones():
                 runs.append(Run(a, s, lr, None if bad else 3.0 - (a == "q") * 0.1 + abs(math.log10(lr / 3e-3)) * 0.1
                                 + 0.01 * s * (1 + (a == "q")), diverged=bad))
     rungs = [rung_from_runs(f"r{k}", runs, 10.0 ** (5 + k)) for k in range(3)]
-    st = analyse_ladder(rungs, n_boot=100)
+    st = analyse_ladder(rungs, n_draws=100)
     p = st.points["p"][0]
     assert (p.n_failed, p.n_runs, p.n_failed_all, p.n_runs_all) == (0, 2, 2, 6)
     assert p.lr == 3e-3 and not p.at_edge and st.at_edge == []
@@ -293,7 +293,7 @@ def test_failures_at_every_learning_rate_are_reported_beside_the_chosen_ones():
 def test_reproducible_and_json_ready(tmp_path):
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
     rungs = ladder(truth, failed={("b", 0): 2})
-    one, two = (analyse_ladder(rungs, target=1e8, n_boot=300, seed=7) for _ in range(2))
+    one, two = (analyse_ladder(rungs, target=1e8, n_draws=300, seed=7) for _ in range(2))
     d = one.to_dict()
     assert json.loads(json.dumps(d)) == two.to_dict()
     assert d["fits"]["a"]["status"] == "fit" and "draws" not in d["fits"]["a"]
@@ -306,7 +306,7 @@ def test_the_ladder_plot_draws(tmp_path):
     from normsearch.report._plots import save
 
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
-    st = analyse_ladder(ladder(truth, failed={("b", 3): 5}), target=1e8, n_boot=200)
+    st = analyse_ladder(ladder(truth, failed={("b", 3): 5}), target=1e8, n_draws=200)
     fig = ladder_plot(st, labels={"a": "found-1"}, baselines=("b",))
     ax, af = fig.axes
     assert ax.get_xscale() == "log" and "found-1" in [t.get_text() for t in ax.get_legend().get_texts()]
@@ -324,4 +324,4 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError):
         analyse_ladder(rungs, target=0.0)
     with pytest.raises(ValueError):
-        analyse_ladder(rungs, n_boot=0)
+        analyse_ladder(rungs, n_draws=0)
