@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import SpecError, unknown
+from .errors import NormsearchError, SpecError, unknown
 from .norms import NORM_KINDS
 from .spec import NormSpec, Placement
 
@@ -164,3 +164,37 @@ def baseline(name: str, kind: str = "rmsnorm") -> Placement:
     if kind not in NORM_KINDS:
         raise SpecError(unknown("norm kind", kind, NORM_KINDS))
     return BASELINES[name].placement(kind)
+
+
+def named_or_file(name_or_file: str, kind: str):
+    """A placement from a baseline's name or a spec file (``.yaml``), with its source (None for a file)."""
+    from pathlib import Path
+
+    path = Path(name_or_file)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise NormsearchError(f"{path}: no such spec file")
+        placement = Placement.load(path)
+        return placement.with_name(placement.name or path.stem), None
+    return baseline(name_or_file, kind), BASELINES[name_or_file].source
+
+
+def listing(kind: str, layers: int, as_json: bool = False) -> str:
+    """``normsearch baselines``: every baseline's arch id, sites and source (then the legend of the
+    short site names), or the canonical specs as JSON."""
+    import json
+
+    specs = baselines(kind)
+    if as_json:
+        return json.dumps([{"name": n, "source": BASELINES[n].source, "notes": BASELINES[n].notes,
+                            "arch_id": p.arch_id(layers), "sites": p.resolve(layers).describe(),
+                            "placement": p.to_dict()} for n, p in specs.items()], indent=2)
+    from .legend import site_legend
+
+    width = max(map(len, specs))
+    lines = []
+    for n, p in specs.items():
+        r = p.resolve(layers)
+        lines.append(f"{n:<{width}}  {r.arch_id}  {r.describe()}")
+        lines.append(f"{'':<{width}}  {BASELINES[n].source}: {BASELINES[n].notes}")
+    return "\n".join(lines) + "\n\n" + site_legend()

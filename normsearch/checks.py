@@ -138,3 +138,48 @@ def ensure_runnable(recipe, storage: str | None = None, tokens=None, only=None) 
     if problems:
         more = f" (and {len(problems) - 1} more: normsearch validate lists them)" if len(problems) > 1 else ""
         raise NormsearchError(problems[0] + more)
+
+
+def recipe_summary(r, source, storage: str | None, url: str) -> str:
+    """What ``normsearch validate`` prints for a valid recipe: the model, data, budget, space, baselines,
+    search (with how its proposals are made) and the runs it plans; ``url`` is the storage URL (its
+    password masked here)."""
+    from ._secrets import mask_url
+    from .baselines import baseline
+
+    L = r.model.n_layers
+    t = r.train
+    lines = [f"recipe {r.name!r} ({source}) is valid",
+             f"  model: {L} layers, d_model {r.model.d_model}, {r.model.n_heads} heads, "
+             f"context {r.model.context_length}, {r.model.ffn}",
+             f"  data: {r.data.corpus}" + (f" {r.data.path}" if r.data.path else "") + f", {r.data.tokenizer} tokens",
+             f"  budget per run: {t.steps} steps x {t.batch_size} x {r.model.context_length} tokens; "
+             f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s) = {len(t.runs)} runs per architecture"]
+    if r.space is not None:
+        params = ", ".join(f"{k} ({len(v)})" for k, v in r.space.distributions().items())
+        lines.append(f"  space: {r.space.source or 'inline'}: {r.space.size():,} points; choices: {params}")
+    else:
+        lines.append("  space: none (baselines only)")
+    base = []
+    for b in r.search.baselines:
+        p = baseline(b, r.search.norm_kind)
+        inside = r.space is not None and r.space.params_of(p, L) is not None
+        base.append(f"{b}{'' if inside else ' (outside the space)'}")
+    lines.append(f"  baselines ({len(base)}): {', '.join(base)}")
+    s = r.search
+    n = len(s.baselines) + s.trials
+    rule = (f"reproducible, {s.in_flight} in flight" if s.reproducible
+            else "as the workers ask (not reproducible with more than one worker)")
+    lines.append(f"  search: {s.sampler} sampler ({rule}), {s.trials} searched architectures, "
+                 f"pruner {s.pruner}, objective {s.objective}; at most {n * len(t.runs)} runs"
+                 + (f" and {n * t.lr_extend * len(t.seeds)} more where the sweep extends past an end"
+                    if t.lr_extend else ""))
+    if r.confirm is not None:
+        c = r.confirm
+        k = c.top + len(c.baselines if c.baselines is not None else s.baselines)
+        race = f", racing up to {s.racing.budget} more" if s.racing else ""
+        lines.append(f"  then confirm: the top {c.top} and the baselines on {c.seeds} fresh seeds from {c.first_seed}, "
+                     f"scored on a {c.test_bytes:,}-byte test split; {k * c.seeds} runs{race}")
+    where = storage or r.storage
+    lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{mask_url(url)}")
+    return "\n".join(lines)

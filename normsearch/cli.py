@@ -6,7 +6,6 @@ Heavy imports (torch, lightning, optuna, matplotlib) happen inside the commands 
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,10 @@ from .cli_support import (
     interrupted_code,
     read_only,
     stop_on_sigterm,
+    setup_logging,
+    shared_options,
     storage_option,
+    user_errors,
 )
 from .errors import NormsearchError
 
@@ -36,20 +38,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-def user_errors(fn):
-    """Run a command; a NormsearchError becomes one line on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NormsearchError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def _version(value: bool):
@@ -66,20 +54,6 @@ def _main(
     """Search where the normalization layers of a Transformer should go."""
 
 
-def _placement(name_or_file: str, kind: str):
-    from .baselines import BASELINES, baseline
-    from .spec import Placement
-
-    path = Path(name_or_file)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        if not path.is_file():
-            raise NormsearchError(f"{path}: no such spec file")
-        placement = Placement.load(path)
-        return placement.with_name(placement.name or path.stem), None
-    p = baseline(name_or_file, kind)
-    return p, BASELINES[name_or_file].source
-
-
 @app.command("baselines")
 @user_errors
 def baselines_cmd(
@@ -89,26 +63,10 @@ def baselines_cmd(
 ):
     """List the built-in baselines: their sites and their source (a legend of the short site names
     follows the list)."""
-    from .baselines import BASELINES, baselines
+    from .baselines import listing
 
     at_least(1, layers=layers)
-    specs = baselines(kind)
-    if as_json:
-        out = [
-            {"name": n, "source": BASELINES[n].source, "notes": BASELINES[n].notes,
-             "arch_id": p.arch_id(layers), "sites": p.resolve(layers).describe(), "placement": p.to_dict()}
-            for n, p in specs.items()
-        ]
-        typer.echo(json.dumps(out, indent=2))
-        return
-    from .legend import site_legend
-
-    width = max(map(len, specs))
-    for n, p in specs.items():
-        r = p.resolve(layers)
-        typer.echo(f"{n:<{width}}  {r.arch_id}  {r.describe()}")
-        typer.echo(f"{'':<{width}}  {BASELINES[n].source}: {BASELINES[n].notes}")
-    typer.echo("\n" + site_legend())
+    typer.echo(listing(kind, layers, as_json))
 
 
 @app.command()
@@ -122,10 +80,11 @@ def show(
 ):
     """Draw one block's data flow with its norms (per layer where they differ)."""
     at_least(1, layers=layers, d_model=d_model, n_heads=n_heads)
+    from .baselines import named_or_file
     from .config import ModelConfig
     from .show import show_text
 
-    placement, source = _placement(spec, kind)
+    placement, source = named_or_file(spec, kind)
     config = ModelConfig(n_layers=layers, d_model=d_model, n_heads=n_heads)
     typer.echo(show_text(placement, config, source))
 
@@ -158,8 +117,10 @@ def train(
         check_new_file(checkpoint, "--checkpoint")
     from .recipe import load_recipe
 
+    from .baselines import named_or_file
+
     r = load_recipe(recipe, ctx.args)
-    p, _ = _placement(placement, r.search.norm_kind)
+    p, _ = named_or_file(placement, r.search.norm_kind)
     ensure_runnable(r, only=("data", "vocabulary", "cache"))
     from .progress import RunBar
     from .train import summarize, train_run
@@ -169,16 +130,6 @@ def train(
                            lr=r.train.lr[0] if lr is None else lr, progress=bar, verbose=verbose,
                            checkpoint=checkpoint, log_dir=r.folder / "logs", log_group=r.name)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else summarize(result))
-
-
-def _console():
-    """stdout; at least 160 columns wide when it is not a terminal, so tables stay readable in logs."""
-    from rich.console import Console
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 160))
-    return console
 
 
 @app.command(context_settings=OVERRIDES)
@@ -195,186 +146,110 @@ def run(
                                        "--devices), sharing its runs; auto (the default, search.jobs): split "
                                        "the CPU cores by what is fastest for the model, one per GPU group."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
-    worker_index: int = typer.Option(0, hidden=True, help="Offset of this worker's sampler seed."),
-    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
 ):
     """Run the search: baselines first, then searched placements, until the recipe's trials are done.
 
     Running it again resumes; running it on several processes or machines with one --storage makes
     them workers of one study. Any recipe field can be overridden: --search.trials 20."""
     from .checks import ensure_runnable
+    from .jobs import Job
     from .recipe import load_recipe
 
-    extra = list(ctx.args) + (["--name", name] if name else [])
-    r = load_recipe(recipe, extra)
+    r = load_recipe(recipe, list(ctx.args) + (["--name", name] if name else []))
     url = storage_option(storage)
     ensure_runnable(r, storage=url)
-    stop_on_sigterm()
-    _setup_logging(verbose)
-    if progress_json is None and (devices is not None or jobs != "1"):
-        from .search._workers import parse_jobs
-
-        if _run_workers(recipe, extra, r, devices, parse_jobs(jobs or r.search.jobs), storage, verbose):
-            return
-    from .progress import JsonLines
-    from .progress import RunBar
-    from .ranking import DEFAULT_AGAINST
-    from .search import StudyInterrupted, run_study
-
-    display = JsonLines(progress_json) if progress_json else RunBar(study=r.name)
-    try:
-        with display as bar:
-            handle = run_study(r, storage=url, display=bar, verbose=verbose, seed_offset=worker_index)
-            if r.confirm is not None:  # the confirmation stage, once the search is done
-                from .stages.confirm import run_confirm
-
-                run_confirm(handle, r.confirm, r.search.racing, bar, verbose)
-    except (StudyInterrupted, KeyboardInterrupt):
-        typer.echo(f"interrupted: finished trials are kept; run the same command to resume study {r.name!r}",
-                   err=True)
-        raise typer.Exit(interrupted_code()) from None
-    if not progress_json:
-        _print_report(handle, handle.folder, DEFAULT_AGAINST)
-
-
-def _run_workers(recipe: Path, extra: list[str], r, devices: Optional[str], jobs, storage: Optional[str],
-                 verbose: bool) -> bool:
-    """Several worker processes on one study (--jobs, one or more per GPU with --devices), their
-    progress shown together; then the report. False when one worker in this process will do."""
-    from .progress import WorkersView
-    from .ranking import DEFAULT_AGAINST
+    job = Job("run", r, url)
+    _launch(job, jobs, devices, verbose)
     from .search import open_results
-    from .search._workers import cuda_devices, device_groups, plan_workers, run_workers, uses_gpu
 
-    groups = device_groups(devices, r.train.devices) if devices is not None else None
-    workers = plan_workers(jobs, r, groups, uses_gpu(r))
-    if groups is None and len(workers) == 1:
-        return False
-    if groups is not None and not cuda_devices():
-        typer.echo(f"warning: no CUDA device here: {len(workers)} workers run on the CPU", err=True)
-    from .search import open_study
-
-    url = open_study(r, storage).storage_url  # created (and the recipe checked) once, before the workers
-    names = [w.name for w in workers]
-    with WorkersView(r.name, names) as view:
-        codes = run_workers(recipe, extra, workers, url, verbose, view, sigterm=lambda: interrupted_code() == 143)
-    _workers_ended(codes, names, "trials", f"study {r.name!r}")
-    handle = open_results(None, url, r.name)
-    _print_report(handle, r.folder, DEFAULT_AGAINST)
-    return True
+    handle = open_results(None, url or r.storage_url, r.name)
+    _print_report(handle, r.folder)
 
 
-def _workers_ended(codes: list[int], names: list[str], kept: str, what: str) -> None:
-    """After local workers: exit as interrupted when they were, one error line when any failed."""
-    if any(c in (130, 143) for c in codes):
-        typer.echo(f"interrupted: finished {kept} are kept; run the same command to resume {what}", err=True)
-        raise typer.Exit(interrupted_code())
-    if any(codes):
-        raise NormsearchError(f"workers {', '.join(n for n, c in zip(names, codes) if c)} failed (exit codes "
-                              f"{codes}); their errors are above; finished {kept} are kept")
+def _launch(job, jobs, devices, verbose: bool) -> None:
+    """Run a job (in this process or on local workers); an interruption is one line and the shell's code."""
+    from .jobs import launch
+    from .search import StudyInterrupted
+
+    stop_on_sigterm()
+    setup_logging(verbose)
+    try:
+        launch(job, jobs, devices, verbose)
+    except (StudyInterrupted, KeyboardInterrupt):
+        typer.echo(f"interrupted: finished {job.kept} are kept; run the same command to resume {job.what}", err=True)
+        raise typer.Exit(interrupted_code()) from None
+
+
+# The options every stage command takes, defined once (cli_support.shared_options).
+STAGE_OPTIONS = (
+    ("study", str, typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished "
+                                  "search.")),
+    ("top", Optional[int], typer.Option(None, "--top", help="Found placements, best first (default: the recipe's "
+                                        "confirm: or ladder: section, else 3 to confirm, 2 for a ladder).")),
+    ("seeds", Optional[int], typer.Option(None, "--seeds", help="Fresh seeds per architecture (and rung) (default: "
+                                          "the recipe's section, else 3 to confirm, 2 for a ladder).")),
+    ("baselines", Optional[str], typer.Option(None, "--baselines", help="Baselines beside them, comma-separated "
+                                              "(default: the search's).")),
+    ("first_seed", Optional[int], typer.Option(None, "--first-seed", help="The first fresh seed (default 1000 to "
+                                               "confirm, 2000 for a ladder).")),
+    ("storage", Optional[str], typer.Option(None, "--storage", help="Optuna storage URL of the study.")),
+    ("study_name", Optional[str], typer.Option(None, "--study-name", help="Study name in that storage.")),
+    ("jobs", Optional[str], typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run).")),
+    ("threads", Optional[int], typer.Option(None, "--train.threads", help="CPU threads per worker.")),
+    ("verbose", bool, typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output.")),
+)
 
 
 @app.command()
 @user_errors
+@shared_options(*STAGE_OPTIONS)
 def confirm(
-    study: str = typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished search."),
-    top: Optional[int] = typer.Option(None, help="Found placements to confirm, best first (default: the recipe's "
-                                      "confirm.top, else 3)."),
-    seeds: Optional[int] = typer.Option(None, help="Fresh seeds per architecture (default: confirm.seeds, else 3)."),
-    baselines: Optional[str] = typer.Option(None, help="Baselines to confirm beside them, comma-separated "
-                                            "(default: the search's)."),
-    first_seed: Optional[int] = typer.Option(None, help="The first fresh seed (default 1000)."),
     racing: Optional[int] = typer.Option(None, help="Race: add up to this many runs, one seed at a time, to the "
                                          "architectures whose rank interval reaches the leader's (default: "
                                          "search.racing)."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL of the study."),
-    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
-    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run)."),
-    threads: Optional[int] = typer.Option(None, "--train.threads", help="CPU threads per worker."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
-    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
-    worker_index: int = typer.Option(0, hidden=True, help="Unused; workers share the stage's fixed list."),
+    **shared,
 ):
     """Confirm a finished search: retrain its top placements and the baselines on fresh seeds, each at
     the learning rate the search chose for it, scored on the test split. Part of the same study:
     resumable, shared by workers, deduplicated. The report then leads with the confirmed verdicts."""
     from dataclasses import replace
 
+    from .jobs import stage_job
     from .recipe import ConfirmConfig, RacingConfig
 
     at_least(0, racing=racing)
-    url = read_only(study, storage)
-    stop_on_sigterm()
-    _setup_logging(verbose)
-    from .search import StudyInterrupted, open_results
-    from .stages.confirm import run_confirm
-
-    parent = open_results(study, url, study_name)
-    cfg = parent.recipe.confirm or ConfirmConfig()
-    changes = {k: v for k, v in (("top", top), ("seeds", seeds), ("first_seed", first_seed)) if v is not None}
-    if baselines is not None:
-        changes["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
-    cfg = replace(cfg, **changes)
+    parent = _stage_parent(**shared)
+    cfg = replace(parent.recipe.confirm or ConfirmConfig(), **_stage_settings(shared))
     race = parent.recipe.search.racing
     if racing is not None:
         race = replace(race or RacingConfig(), budget=racing) if racing > 0 else None
-    if threads is not None:
-        parent.recipe = replace(parent.recipe, train=replace(parent.recipe.train, threads=threads))
-    if progress_json is None and jobs != "1":
-        from .search._workers import parse_jobs
-
-        if _confirm_workers(study, parent, cfg, race, parse_jobs(jobs or parent.recipe.search.jobs), verbose):
-            return
-    from .progress import JsonLines, RunBar
-
-    display = JsonLines(progress_json) if progress_json else RunBar(study=f"{parent.recipe.name}/confirm")
-    try:
-        with display as bar:
-            run_confirm(parent, cfg, race, bar, verbose)
-    except (StudyInterrupted, KeyboardInterrupt):
-        typer.echo(f"interrupted: finished runs are kept; run the same command to resume the confirmation of "
-                   f"{parent.recipe.name!r}", err=True)
-        raise typer.Exit(interrupted_code()) from None
-    if not progress_json:
-        from .ranking import DEFAULT_AGAINST
-
-        _print_report(parent, parent.folder, DEFAULT_AGAINST)
+    _launch(stage_job("confirm", parent, confirm=cfg, racing=race), shared["jobs"], None, shared["verbose"])
+    _print_report(parent, parent.folder)
 
 
-def _confirm_workers(study: str, parent, cfg, race, jobs, verbose: bool) -> bool:
-    """``confirm --jobs N``: the stage is created here (its list fixed once), then N workers train it."""
-    from .progress import WorkersView
-    from .ranking import DEFAULT_AGAINST
-    from .stages.confirm import open_confirm
-    from .search._workers import plan_workers, run_workers, uses_gpu
+def _stage_settings(shared: dict) -> dict:
+    """The settings of a stage given on the command line (top, seeds, first seed, baselines)."""
+    out = {k: shared[k] for k in ("top", "seeds", "first_seed") if shared[k] is not None}
+    if shared["baselines"] is not None:
+        out["baselines"] = [b.strip() for b in shared["baselines"].split(",") if b.strip()]
+    return out
 
-    workers = plan_workers(jobs, parent.recipe, None, uses_gpu(parent.recipe))
-    if len(workers) == 1:
-        return False
-    open_confirm(parent, cfg, race)
-    extra = ["--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed", str(cfg.first_seed),
-             "--baselines", ",".join(cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines),
-             "--racing", str(race.budget if race else 0), "--study-name", parent.study.study_name]
-    names = [w.name for w in workers]
-    with WorkersView(f"{parent.recipe.name}/confirm", names) as view:
-        codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
-                            sigterm=lambda: interrupted_code() == 143, command="confirm")
-    _workers_ended(codes, names, "runs", "the confirmation")
-    _print_report(parent, parent.folder, DEFAULT_AGAINST)
-    return True
+
+def _stage_parent(study: str, storage: Optional[str], study_name: Optional[str], threads: Optional[int], **_):
+    """The finished search a stage command works on (its recipe with --train.threads applied)."""
+    url = read_only(study, storage)
+    from .jobs import with_threads
+    from .search import open_results
+
+    return with_threads(open_results(study, url, study_name), threads)
 
 
 @app.command()
 @user_errors
+@shared_options(*STAGE_OPTIONS)
 def ladder(
-    study: str = typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished search."),
     rungs: Optional[str] = typer.Option(None, help="Model overrides per rung, smallest first, as YAML: "
                                         "'[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' (default: ladder.rungs)."),
-    top: Optional[int] = typer.Option(None, help="Found placements to retrain (default: ladder.top, else 2)."),
-    baselines: Optional[str] = typer.Option(None, help="Baselines beside them, comma-separated (default: the "
-                                            "search's)."),
-    seeds: Optional[int] = typer.Option(None, help="Fresh seeds per architecture and rung (default 2)."),
-    first_seed: Optional[int] = typer.Option(None, help="The first fresh seed (default 2000)."),
     tokens_per_param: Optional[float] = typer.Option(None, help="Training tokens per run = this x parameters "
                                                      "(default: the search's steps at every rung)."),
     max_steps: Optional[int] = typer.Option(None, help="Cap on steps per run."),
@@ -389,13 +264,7 @@ def ladder(
     report_only: bool = typer.Option(False, "--report-only", help="Write the report of the rungs so far; train "
                                      "nothing. The settings are the stored ladder's: any left out are read from "
                                      "it, any given must match it."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL of the study."),
-    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
-    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run)."),
-    threads: Optional[int] = typer.Option(None, "--train.threads", help="CPU threads per worker."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output."),
-    progress_json: Optional[str] = typer.Option(None, hidden=True, help="Report progress as JSON lines, as WORKER."),
-    worker_index: int = typer.Option(0, hidden=True, help="Unused; workers share the rungs' fixed lists."),
+    **shared,
 ):
     """Does the winner still win when the model grows? Retrain the search's top placements and the
     baselines at three or more sizes (rungs), tokens growing with parameters, on fresh seeds; report
@@ -403,87 +272,31 @@ def ladder(
     same study: resumable, shared by workers, deduplicated by (architecture, rung). A ladder already
     stored keeps its settings (those left out are read from it, those given must match it); --rungs
     with the stored rungs and one more after them adds a rung."""
-    from dataclasses import replace
-
     from . import _yaml
+    from .jobs import stage_job
+    from .ranking import DEFAULT_AGAINST
+    from .stages.ladder import plan_rungs, resolve_ladder
 
-    url = read_only(study, storage)
-    stop_on_sigterm()
-    _setup_logging(verbose)
-    from .search import StudyInterrupted, open_results
-    from .stages.ladder import plan_rungs, resolve_ladder, run_ladder, write_ladder_report
-
-    parent = open_results(study, url, study_name)
-    given = {"top": top, "seeds": seeds, "first_seed": first_seed, "tokens_per_param": tokens_per_param,
-             "max_steps": max_steps, "lr": lr, "target": target, "lr_extend": lr_extend}
-    given = {k: v for k, v in given.items() if v is not None}
+    parent = _stage_parent(**shared)
+    given = {"tokens_per_param": tokens_per_param, "max_steps": max_steps, "lr": lr, "target": target,
+             "lr_extend": lr_extend}
+    given = {**{k: v for k, v in given.items() if v is not None}, **_stage_settings(shared)}
     if rungs is not None:
         given["rungs"] = _yaml.loads(rungs, "--rungs")
         if not isinstance(given["rungs"], list):
             raise NormsearchError(f"--rungs must be a list of model overrides, smallest first, e.g. "
                                   f"'[{{n_layers: 2}}, {{n_layers: 4}}, {{n_layers: 8}}]', not {rungs!r}")
-    if baselines is not None:
-        given["baselines"] = [b.strip() for b in baselines.split(",") if b.strip()]
     cfg = resolve_ladder(parent, given, report_only)
     plan_rungs(parent.recipe, cfg)  # the rungs checked (and required) before anything trains
-    if threads is not None:
-        parent.recipe = replace(parent.recipe, train=replace(parent.recipe.train, threads=threads))
-    from .ranking import DEFAULT_AGAINST
+    if not report_only:
+        _launch(stage_job("ladder", parent, ladder=cfg), shared["jobs"], None, shared["verbose"])
+    from .report import write_ladder_report
 
     bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
-    against = list(bases) or list(DEFAULT_AGAINST)
-    folder = out or parent.folder / "ladder"
-    if not report_only:
-        if progress_json is None and jobs != "1":
-            from .search._workers import parse_jobs
-
-            _ladder_workers(study, parent, cfg, parse_jobs(jobs or parent.recipe.search.jobs), verbose)
-        else:
-            from .progress import JsonLines, RunBar
-
-            display = JsonLines(progress_json) if progress_json else RunBar(study=f"{parent.recipe.name}/ladder")
-            try:
-                with display as bar:
-                    run_ladder(parent, cfg, bar, verbose)
-            except (StudyInterrupted, KeyboardInterrupt):
-                typer.echo(f"interrupted: finished runs are kept; run the same command to resume the ladder of "
-                           f"{parent.recipe.name!r}", err=True)
-                raise typer.Exit(interrupted_code()) from None
-    if not progress_json:
-        path = write_ladder_report(parent, cfg, folder, against, rungs_dir=out)
-        typer.echo(f"ladder report: {path} (with ladder.json and ladder.png; each rung's report in "
-                   f"{out or parent.folder}/ladder-<i>/)")
-
-
-def _ladder_workers(study: str, parent, cfg, jobs, verbose: bool) -> None:
-    """``ladder --jobs N``: the rungs are created here (their lists fixed once), then N workers train them."""
-    from .progress import WorkersView
-    from .recipe import to_mapping
-    from .stages.ladder import open_rungs, run_ladder
-    from .search._workers import plan_workers, run_workers, uses_gpu
-
-    workers = plan_workers(jobs, parent.recipe, None, uses_gpu(parent.recipe))
-    if len(workers) == 1:
-        from .progress import RunBar
-
-        with RunBar(study=f"{parent.recipe.name}/ladder") as bar:
-            run_ladder(parent, cfg, bar, verbose)
-        return
-    open_rungs(parent, cfg)
-    d = to_mapping(cfg)
-    bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines  # [] is no baseline
-    extra = ["--rungs", json.dumps(d["rungs"]), "--top", str(cfg.top), "--seeds", str(cfg.seeds), "--first-seed",
-             str(cfg.first_seed), "--baselines", ",".join(bases), "--lr", cfg.lr,
-             "--study-name", parent.study.study_name]
-    for key, flag in (("tokens_per_param", "--tokens-per-param"), ("max_steps", "--max-steps"),
-                      ("lr_extend", "--lr-extend")):
-        if d[key] is not None:
-            extra += [flag, str(d[key])]
-    names = [w.name for w in workers]
-    with WorkersView(f"{parent.recipe.name}/ladder", names) as view:
-        codes = run_workers(Path(study), extra, workers, parent.storage_url, verbose, view,
-                            sigterm=lambda: interrupted_code() == 143, command="ladder")
-    _workers_ended(codes, names, "runs", "the ladder")
+    path = write_ladder_report(parent, cfg, out or parent.folder / "ladder", list(bases) or list(DEFAULT_AGAINST),
+                               rungs_dir=out)
+    typer.echo(f"ladder report: {path} (with ladder.json and ladder.png; each rung's report in "
+               f"{out or parent.folder}/ladder-<i>/)")
 
 
 @app.command(context_settings=OVERRIDES)
@@ -497,104 +310,81 @@ def validate(
     """Check everything run would refuse, without training or writing anything: the recipe, its space
     (large enough for search.trials), the data (readable, long enough for the context), the storage
     URL and the folders. Takes run's overrides: --search.trials 20."""
-    from ._secrets import mask_url
-    from .baselines import baseline
-    from .checks import check_recipe
+    from .checks import check_recipe, recipe_summary
     from .recipe import load_recipe
 
     r = load_recipe(recipe, list(ctx.args) + (["--name", name] if name else []))
     problems = check_recipe(r, storage=storage)
     if problems:
         raise NormsearchError("; ".join(problems))
-    L = r.model.n_layers
-    t = r.train
-    lines = [f"recipe {r.name!r} ({recipe}) is valid",
-             f"  model: {L} layers, d_model {r.model.d_model}, {r.model.n_heads} heads, "
-             f"context {r.model.context_length}, {r.model.ffn}",
-             f"  data: {r.data.corpus}" + (f" {r.data.path}" if r.data.path else "") + f", {r.data.tokenizer} tokens",
-             f"  budget per run: {t.steps} steps x {t.batch_size} x {r.model.context_length} tokens; "
-             f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s) = {len(t.runs)} runs per architecture"]
-    if r.space is not None:
-        params = ", ".join(f"{k} ({len(v)})" for k, v in r.space.distributions().items())
-        lines.append(f"  space: {r.space.source or 'inline'}: {r.space.size():,} points; choices: {params}")
-    else:
-        lines.append("  space: none (baselines only)")
-    base = []
-    for b in r.search.baselines:
-        p = baseline(b, r.search.norm_kind)
-        inside = r.space is not None and r.space.params_of(p, L) is not None
-        base.append(f"{b}{'' if inside else ' (outside the space)'}")
-    lines.append(f"  baselines ({len(base)}): {', '.join(base)}")
-    n = len(r.search.baselines) + r.search.trials
-    lines.append(f"  search: {r.search.sampler} sampler, {r.search.trials} searched architectures, "
-                 f"pruner {r.search.pruner}, objective {r.search.objective}; at most {n * len(t.runs)} runs"
-                 + (f" and {n * t.lr_extend * len(t.seeds)} more where the sweep extends past an end"
-                    if t.lr_extend else ""))
-    if r.confirm is not None:
-        c = r.confirm
-        k = c.top + len(c.baselines if c.baselines is not None else r.search.baselines)
-        race = f", racing up to {r.search.racing.budget} more" if r.search.racing else ""
-        lines.append(f"  then confirm: the top {c.top} and the baselines on {c.seeds} fresh seeds from {c.first_seed}, "
-                     f"scored on a {c.test_bytes:,}-byte test split; {k * c.seeds} runs{race}")
-    where = storage or r.storage
-    shown = mask_url(storage_option(storage) if storage else r.storage_url)
-    lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{shown}")
-    typer.echo("\n".join(lines))
+    typer.echo(recipe_summary(r, recipe, storage, storage_option(storage) if storage else r.storage_url))
+
+
+# The options of the commands that read a study, defined once.
+READ_OPTIONS = (
+    ("study", Optional[str], typer.Argument(None, help="A results folder (results/<name>) or a recipe file.")),
+    ("storage", Optional[str], typer.Option(None, "--storage", help="Optuna storage URL.")),
+    ("study_name", Optional[str], typer.Option(None, "--study-name", help="Study name in that storage.")),
+)
 
 
 @app.command()
 @user_errors
-def status(
-    study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
-    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
-):
+@shared_options(*READ_OPTIONS)
+def status(**shared):
     """Finished / running / failed / pruned trials, the workers, and the best so far."""
-    storage = read_only(study, storage)
-    from .search import open_results, status_text
-    from .search._stages import stage_status
+    from .search import status_text
+    from .stages import stage_status
 
-    handle = open_results(study, storage, study_name)
+    handle = _read_study(**shared)
     typer.echo("\n".join([status_text(handle), *stage_status(handle)]))
 
 
 @app.command()
 @user_errors
+@shared_options(*READ_OPTIONS)
 def report(
-    study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
-    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
     against: list[str] = typer.Option([], "--against", help="Also compare with this baseline (repeatable)."),
     out: Optional[Path] = typer.Option(None, help="Folder for report.md, ranking.csv/json and plots "
                                        "(default: the study's results folder). It must be new, empty, or hold "
                                        "an earlier report."),
     overwrite: bool = typer.Option(False, help="Write into an --out folder that holds other files."),
+    **shared,
 ):
     """Rank the architectures of a study against the baselines and write the report."""
     from .report import check_out_dir
 
     if out is not None:
         check_out_dir(out, overwrite)
-    storage = read_only(study, storage)
     from .ranking import DEFAULT_AGAINST
+
+    handle = _read_study(**shared)
+    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], overwrite=overwrite or out is None,
+                  required_against=against)
+
+
+def _read_study(study: Optional[str], storage: Optional[str], study_name: Optional[str]):
+    """The study a reading command names (a mistyped SQLite path is an error, not a new database)."""
     from .search import open_results
 
-    handle = open_results(study, storage, study_name)
-    _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], overwrite=overwrite or out is None)
+    return open_results(study, read_only(study, storage), study_name)
 
 
-def _print_report(handle, folder: Path, against, overwrite: bool = True):
-    from .report import ranking_table, write_report
+def _print_report(handle, folder: Path, against=None, overwrite: bool = True, required_against=()):
+    """Write the report, then print what it says: the confirmed ranking first when there is one (100
+    columns), the verdicts against each baseline, and the report's path."""
+    from .ranking import DEFAULT_AGAINST
+    from .report import terminal_summary, write_report
 
-    ranking = write_report(handle, folder, against=against, overwrite=overwrite)
-    _console().print(ranking_table(ranking))
-    typer.echo(f"report: {folder / 'report.md'} (with ranking.csv, ranking.json and plots)")
+    result = write_report(handle, folder, against=DEFAULT_AGAINST if against is None else against,
+                          overwrite=overwrite, required_against=required_against)
+    typer.echo(terminal_summary(result))
 
 
 @app.command("export")
 @user_errors
+@shared_options(*READ_OPTIONS)
 def export_cmd(
-    study: Optional[str] = typer.Argument(None, help="A results folder (results/<name>) or a recipe file."),
     out: Path = typer.Option(..., "--out", "-o", help="The folder to write spec.yaml, config.json, model.py, "
                              "norms.py, model.safetensors and README.md to."),
     rank: Optional[int] = typer.Option(None, "--rank", help="The K-th architecture of the ranking."),
@@ -602,16 +392,16 @@ def export_cmd(
     baseline: Optional[str] = typer.Option(None, "--baseline", help="A baseline of the study, by name."),
     retrain: bool = typer.Option(False, help="Train it again instead of using the kept weights."),
     steps: Optional[int] = typer.Option(None, help="Retrain for this many steps (implies --retrain)."),
-    storage: Optional[str] = typer.Option(None, help="Optuna storage URL."),
-    study_name: Optional[str] = typer.Option(None, help="Study name in that storage."),
     overwrite: bool = typer.Option(False, help="Replace an earlier export in --out."),
+    **shared,
 ):
     """Export an architecture of a study as a standalone PyTorch module (torch alone needed)."""
     at_least(1, steps=steps, rank=rank)
     at_least(0, trial=trial)
     if out.exists() and not out.is_dir():
         raise NormsearchError(f"--out {out}: a file, not a folder")
-    storage = read_only(study, storage)
+    study, study_name = shared["study"], shared["study_name"]
+    storage = read_only(study, shared["storage"])
     from .export import EXPORT_FILES, export
     from .progress import RunBar
 
@@ -646,12 +436,6 @@ def bench_trial(ctx: typer.Context):
     from .benchmark import main as bench_main
 
     raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
-
-
-def _setup_logging(verbose: bool):
-    import logging
-
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
 
 
 def main():

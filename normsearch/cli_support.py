@@ -3,9 +3,12 @@ Ctrl-C, and the checks of option values that come before any work. Torch-free; t
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
+import functools
 
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
 from typer.core import TyperGroup
 
 from .errors import NormsearchError
@@ -130,3 +133,40 @@ def bench_errors(main, args: list[str]) -> int:
         return main(args)
     finally:
         argparse.ArgumentParser.error = error
+
+
+def user_errors(fn):
+    """Run a command; a NormsearchError becomes one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NormsearchError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def shared_options(*options: tuple[str, Any, Any]):
+    """Add options that several commands take, each ``(name, type, typer.Option(...))`` defined once,
+    to a command's signature after its own; the command takes them as ``**shared``."""
+    import inspect
+
+    def add(fn):
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        more = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=tp)
+                for name, tp, default in options]
+        fn.__signature__ = sig.replace(parameters=own + more)
+        fn.__annotations__ = {**fn.__annotations__, **{name: tp for name, tp, _ in options}}
+        return fn
+
+    return add
+
+
+def setup_logging(verbose: bool):
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")

@@ -26,6 +26,7 @@ A_FAILED, A_RUNS = "failure", "runs"  # A_RUNS: the list of run keys; each run i
 A_RECIPE = "recipe"  # a study attribute: the resolved recipe, stored once
 A_LR_EXTENDED = "lr_extended"  # learning rates the extending sweep added to train.lr, in order
 A_TASK, A_SEEDS, A_LRS = "task", "task_seeds", "task_lrs"  # a stage's trial: its key, seeds and learning rates
+A_PROPOSAL = "proposal"  # a searched trial's proposal number (normsearch.search._propose)
 STAGE_SEP = "/"  # a stage of study S is the study S/<kind> (confirm, ladder-<i>): a name no recipe can take
 RUN_PREFIX = "run:"
 
@@ -83,6 +84,10 @@ class RunResult:
     worker: str = ""  # the worker that trained it (host:pid)
     compiled: bool = False  # torch.compile of the training forward
     tf32: bool = False  # TF32 matmuls (32-true on a GPU that has them)
+    # what else changes a run's losses, bit for bit (the seed, lr and recipe aside): the CPU threads of its
+    # reductions, and the instruction set torch's CPU kernels dispatch to (kernels, precision, device above)
+    threads: int = 0
+    cpu: str = ""
     # the test split (a confirmation run): value is then its bits/byte and metric "test_bpb"
     test_windows: int = 0
     test_se: float | None = None  # the evaluation's own noise: bootstrap SE over the test windows
@@ -150,12 +155,16 @@ class ArchRecord:
     runs: list[str] = field(default_factory=list)  # run keys, in training order
     trial_number: int | None = None
     reused_from: int | None = None  # the trial whose result a repeated proposal took
+    proposal: int | None = None  # a searched architecture's proposal number (search.reproducible)
 
     # -- the trial's user attributes -------------------------------------------------------------
 
     def identity_attrs(self) -> dict[str, Any]:
         """What a trial carries as soon as its architecture is known."""
-        return {A_ARCH: self.arch_id, A_LABEL: self.label, A_PLACEMENT: self.placement, A_SITES: self.sites}
+        out = {A_ARCH: self.arch_id, A_LABEL: self.label, A_PLACEMENT: self.placement, A_SITES: self.sites}
+        if self.proposal is not None:
+            out[A_PROPOSAL] = self.proposal
+        return out
 
     def result_attrs(self) -> dict[str, Any]:
         """What a trial carries once evaluated."""
@@ -181,7 +190,7 @@ class ArchRecord:
             placement=ua.get(A_PLACEMENT) or {}, sites=ua.get(A_SITES) or "", state=trial.state.name,
             values=list(trial.values) if trial.values is not None else None, score=ua.get(A_SCORE),
             params=dict(trial.params), runs=list(ua.get(A_RUNS) or run_keys(ua)), trial_number=trial.number,
-            reused_from=ua.get(A_REUSED),
+            reused_from=ua.get(A_REUSED), proposal=ua.get(A_PROPOSAL),
         )
 
     # -- arch.json -------------------------------------------------------------------------------
@@ -206,3 +215,18 @@ def trial_runs(trial) -> list[RunResult]:
     ua = trial.user_attrs
     keys = ua.get(A_RUNS) or run_keys(ua)
     return [RunResult.from_dict(ua[k]) for k in keys if isinstance(ua.get(k), dict)]
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` as plain JSON data, the form the reports' JSON files are written in: text keys, lists for
+    tuples, Python numbers for numpy's scalars (numpy is not imported here), and null for a NaN or an
+    infinity."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:
+        x = x.item()
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    return x

@@ -128,6 +128,15 @@ def _compiled(train: TrainConfig, accelerator: str) -> bool:
     return accelerator == "gpu" if train.compile == "auto" else bool(train.compile)
 
 
+def _cpu_capability() -> str:
+    """The instruction set torch's CPU kernels dispatch to (AVX2, AVX512, ...): a run's sums can differ
+    between machines that differ in it."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # an older torch
+        return ""
+
+
 def _tf32(precision: str, accelerator: str) -> bool:
     """TF32 matmuls under 32-true on GPUs that have them (Ampere and later); True when on."""
     if accelerator != "gpu" or precision != "32-true" or torch.cuda.get_device_capability()[0] < 8:
@@ -226,7 +235,8 @@ def train_run(
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
             unigram_bpb=tokens.unigram_bpb(model.context_length, data.eval_windows),
-            compiled=compiled, tf32=_tf32(precision, accelerator),
+            compiled=compiled, tf32=_tf32(precision, accelerator), threads=torch.get_num_threads(),
+            cpu=_cpu_capability(),
         )
         windows = torch.from_numpy(tokens.val_windows(model.context_length, data.eval_windows))
         monitor = Monitor(result, train, windows, tokens.bytes_per_token, precision, progress, on_eval,

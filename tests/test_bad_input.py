@@ -9,6 +9,7 @@ read that raises PermissionError (a mock); a read-only working directory is simu
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,8 @@ def make_world(root: Path) -> None:
     (root / "notes" / "mine.png").write_text("the user's own file")
     (root / "results").mkdir()
     (root / "results" / "notastudy").mkdir()
+    # a finished study (its architectures: pre_ln and post_ln, the baselines, and t3 and t5)
+    shutil.copytree(Path(__file__).parent / "fixtures" / "study_v1" / "results" / "v1", root / "results" / "v1")
 
 
 def _locked(monkeypatch, root: Path):
@@ -307,7 +310,6 @@ case("train-no-placement", "train", "good.yaml", msg="--placement")
 # -- run's own options -------------------------------------------------------------------------------
 case("run-devices-text", "run", "good.yaml", "--devices", "a,b", msg="--devices")
 case("run-devices-empty", "run", "good.yaml", "--devices", ",", msg="--devices")
-case("run-worker-index-text", "run", "good.yaml", "--worker-index", "x", msg="--worker-index")
 case("validate-storage-env", "validate", "good.yaml", "--storage", "env:NORMSEARCH_TEST_UNSET",
      msg="NORMSEARCH_TEST_UNSET")
 case("validate-storage-recipe-env", "validate", "good.yaml", msg="neither a database URL",
@@ -354,6 +356,13 @@ for cmd in ("status", "report"):
     case(f"{cmd}-journal-typo", cmd, "--storage", "journal:tpyo.journal", "--study-name", "x", msg="no such file")
     case(f"{cmd}-binary-recipe", cmd, "binary.yaml", msg="binary file")
 case("report-out-file", "report", "good.yaml", "--out", "short.txt", msg="a file, not a folder")
+# --against a name the study does not have: the closest names, else the study's baselines and architectures
+# (the default baselines peri_ln and hybridnorm, absent from this study too, are skipped without a word)
+case("report-against-typo", "report", "results/v1", "--against", "post_lm", msg="did you mean 'post_ln'",)
+case("report-against-unknown", "report", "results/v1", "--against", "qk_norm_everywhere",
+     msg="its baselines: pre_ln, post_ln; its other architectures: t3, t5")
+case("report-against-one-unknown", "report", "results/v1", "--against", "t3", "--against", "nosuch",
+     msg="'nosuch': study 'v1' has no architecture of that name")
 case("report-out-foreign", "report", "good.yaml", "--out", "notes", msg="not a normsearch report")
 for id_, args, message in [
     ("no-out", [], "--out"), ("out-file", ["--out", "short.txt", "--rank", "1"], "a file, not a folder"),

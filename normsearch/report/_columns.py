@@ -106,6 +106,10 @@ COLUMNS: tuple[Column, ...] = (
 
 #: the columns of the terminal and Markdown tables, in order
 TABLE = tuple(c for c in COLUMNS if c.title)
+#: the columns of the terminal summary (:func:`normsearch.report.terminal_summary`), in order: the ones that
+#: fit 100 columns; the rest are in report.md
+SUMMARY = tuple(c for c in TABLE if c.key in ("rank", "label", "sites", "p_best", "n_seeds")
+                or c.text is score_text or c.title == "failed")
 #: the columns of ranking.csv, in order (comparisons follow as vs_<baseline>_<field>)
 CSV = tuple(c for c in COLUMNS if c.key)
 COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "p_holm", "q_bh", "p_tost_holm", "p_improve",

@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..errors import NormsearchError
 from ..ranking import DEFAULT_AGAINST, Ranking, rank
+from ..records import jsonable
 from ._analysis import Importance, SiteEffect, diagnostics_summary, site_effects, site_importance
 from ._columns import COMPARISON_FIELDS, CSV, UNIT
 from ._markdown import report_markdown
@@ -21,15 +22,21 @@ REPORT_FILES = ("report.md", "ranking.csv", "ranking.json")
 STUDY_FILES = ("recipe.yaml", "study.db", "runs", "checkpoints")
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: non-finite floats become null."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
+@dataclass
+class ReportResult(Ranking):
+    """What :func:`write_report` wrote. It is the study's ranking (so code that took the return value
+    for a :class:`Ranking` keeps working), with the report's path and, when the study has a
+    confirmation stage, that stage's ranking (fresh seeds, test split) and the stage's attributes
+    (its settings, seeds, entries and racing rounds). :func:`normsearch.report.terminal_summary`
+    prints it."""
+
+    path: Path | None = None  # report.md
+    confirmed: Ranking | None = None
+    confirm_attrs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ranking: Ranking, **extra) -> "ReportResult":
+        return cls(**{f.name: getattr(ranking, f.name) for f in fields(Ranking)}, **extra)
 
 
 def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
@@ -37,7 +44,7 @@ def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
     """Everything in the report as plain data; ``rows`` carry the ranked table and the comparisons."""
     from .._secrets import mask_recipe
 
-    return _clean({
+    return jsonable({
         "study": ranking.study,
         "objective": ranking.objective,
         "unit": UNIT,
@@ -122,17 +129,18 @@ def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
 
 
 def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, objective: str | None = None,
-                 evaluator=None, top: int = 3, overwrite: bool = False) -> Ranking:
+                 evaluator=None, top: int = 3, overwrite: bool = False, required_against=()) -> ReportResult:
     """Rank the study and write ``report.md``, ``ranking.csv``, ``ranking.json`` and the PNG plots
     into ``out_dir`` (created; see :func:`check_out_dir` for which folders it writes into).
     ``handle_or_study``: a StudyHandle, an optuna Study or a results folder. ``evaluator``: an
     Optuna importance evaluator (default PED-ANOVA, see :func:`site_importance`). Returns the
-    ranking (print it with :func:`normsearch.report.ranking_table`)."""
+    ranking as a :class:`ReportResult`, which also carries the confirmation's ranking and the
+    report's path (print it with :func:`normsearch.report.terminal_summary`)."""
     from . import _plots as P
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir, overwrite)
-    ranking = rank(handle_or_study, against=against, objective=objective)
+    ranking = rank(handle_or_study, against=against, objective=objective, required_against=required_against)
     if P.searched(ranking):
         effects, importance = site_effects(ranking), site_importance(ranking, evaluator)
     else:  # a stage retrains a fixed list: no space to read
@@ -153,18 +161,20 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     confirmed = _confirmation(handle_or_study, ranking, out_dir, against)
     if confirmed is not None:
         data["confirmed"] = {"report": "confirm/report.md", "racing": confirmed[2],
-                             "rows": [_clean(r.to_dict()) for r in confirmed[0].ranked]}
+                             "rows": [jsonable(r.to_dict()) for r in confirmed[0].ranked]}
     (out_dir / files["json"]).write_text(json.dumps(data, indent=1) + "\n")
     (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top,
                                                        confirmed=confirmed[1] if confirmed else None))
-    return ranking
+    return ReportResult.of(ranking, path=out_dir / "report.md", confirmed=confirmed[0] if confirmed else None,
+                           confirm_attrs=confirmed[3] if confirmed else {})
 
 
 def _confirmation(handle, search: Ranking, out_dir: Path, against):
     """The confirmation stage of a search (whose ranking is ``search``), when it has one: its own
-    report written into ``out_dir/confirm``, and (its ranking, the headline lines, the racing summary)."""
+    report written into ``out_dir/confirm``, and (its ranking, the headline lines, the racing summary,
+    the stage study's attributes)."""
     from ..search import StudyHandle
-    from ..search._confirm import confirm_handle
+    from ..stages import confirm_handle
     from ._confirmed import confirmed_lines, racing_summary
 
     if not isinstance(handle, StudyHandle):
@@ -179,4 +189,4 @@ def _confirmation(handle, search: Ranking, out_dir: Path, against):
     attrs = dict(stage.study.user_attrs)
     seeds = (attrs.get("stage") or {}).get("seeds") or []
     return confirmed, confirmed_lines(search, confirmed, attrs, "confirm/report.md"), \
-        racing_summary(attrs, confirmed, len(seeds))
+        racing_summary(attrs, confirmed, len(seeds)), attrs

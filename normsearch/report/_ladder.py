@@ -1,14 +1,15 @@
-"""``ladder.md``: what each rung trained, its ranking, and the ladder's statistics in words (the
-sentences themselves are :mod:`normsearch.report._ladder_verdicts`)."""
+"""The ladder's report: ``ladder.md`` (what each rung trained, its ranking, and the ladder's statistics
+in words; the sentences themselves are :mod:`._ladder_verdicts`), ``ladder.json`` and ``ladder.png``,
+and each rung's own report (:func:`write_ladder_report`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ..report._columns import num
-from ..report._ladder_verdicts import ladder_lines
-from ..report._verdicts import at_sweep_edge
+from ._columns import num
+from ._ladder_verdicts import ladder_lines
+from ._verdicts import at_sweep_edge
 
 
 def _count(n: float) -> str:
@@ -107,3 +108,49 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
                   "beyond the largest rung. Right: the share of failed runs per rung over every learning rate "
                   "(filled) and at the chosen one (hollow).", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def write_ladder_report(parent, cfg, out_dir: Path, against,
+                        rungs_dir: Path | None = None) -> Path:
+    """``ladder.md`` (and ``ladder.json``, ``ladder.png``) in ``out_dir``, and every rung's own report
+    in ``<rungs_dir>/ladder-<i>/``; ``rungs_dir`` None: in the rung's results folder
+    (``results/<study>/ladder-<i>/``). The command line passes its ``--out`` here, so that a report
+    written elsewhere never rewrites the rungs' reports in the results folder."""
+    import json
+
+    from ..errors import NormsearchError
+    from ..ranking import stat_runs
+    from ..stages.ladder import chosen_by, kind_of, ladder_handles, lr_mode, stored_mode, stored_rungs
+    from ..stats.ladder import analyse_ladder, rung_from_runs
+    from ._files import write_report
+    from ._ladder_plots import ladder_plot
+    from ._plots import save
+
+    rungs = ladder_handles(parent, cfg)
+    if not rungs:
+        raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it first")
+    stats_rungs, rankings, folders = [], [], []
+    for rung, handle in rungs:
+        folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(rung.index)
+        ranking = write_report(handle, folder, against=against, overwrite=True)
+        rankings.append(ranking)
+        folders.append(folder)
+        rows = [r for r in ranking.rows if r.runs]
+        sizes = {r.label: float(r.n_params) for r in rows if r.n_params}
+        stats_rungs.append(rung_from_runs(rung.name, stat_runs(rows, ranking.judgement.unigram_bpb), sizes))
+    stats = analyse_ladder(stats_rungs, target=cfg.target) if len(stats_rungs) >= 2 else None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot = None
+    if stats is not None:
+        bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
+        fig = ladder_plot(stats, baselines=bases)
+        if fig is not None:
+            save(fig, out_dir / "ladder.png")
+            plot = "ladder.png"
+        (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
+    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
+                           lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent))), folders,
+                           chosen_by(parent))
+    path = out_dir / "ladder.md"
+    path.write_text(text)
+    return path

@@ -15,12 +15,13 @@ from ..storage import mask, retry
 class Census:
     """Where a study stands."""
 
-    done: dict[str, Any] = field(default_factory=dict)  # arch_id -> first finished trial
+    done: dict[str, Any] = field(default_factory=dict)  # key (arch_id; a stage's task) -> first finished trial
     baselines_done: set[str] = field(default_factory=set)
     baseline_archs: set[str] = field(default_factory=set)
     running: list[Any] = field(default_factory=list)
     waiting: list[Any] = field(default_factory=list)
     failed: list[Any] = field(default_factory=list)
+    trials: list[Any] = field(default_factory=list)  # every trial, as read
 
     @property
     def searched_done(self) -> int:
@@ -46,20 +47,23 @@ class Census:
         return "  ".join(parts)
 
 
-def census(study, exclude_number: int | None = None, trials: list | None = None) -> Census:
+def census(study, exclude_number: int | None = None, trials: list | None = None, key: str = A_ARCH) -> Census:
+    """Where ``study`` stands, its finished trials keyed by the user attribute ``key`` (the architecture;
+    a stage's task)."""
     from optuna.trial import TrialState
 
     c = Census()
     if trials is None:
         trials = retry(lambda: study.get_trials(deepcopy=False), "read the trials")
+    c.trials = trials
     for t in trials:
         if t.number == exclude_number:
             continue
         ua = t.user_attrs
         if ua.get(A_BASELINE) and ua.get(A_ARCH) and t.state != TrialState.FAIL:
             c.baseline_archs.add(ua[A_ARCH])
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and ua.get(A_ARCH):
-            c.done.setdefault(ua[A_ARCH], t)
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and ua.get(key):
+            c.done.setdefault(ua[key], t)
             if ua.get(A_BASELINE):
                 c.baselines_done.add(ua[A_BASELINE])
         elif t.state == TrialState.RUNNING:

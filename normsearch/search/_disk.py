@@ -46,7 +46,7 @@ def add_finished(study, record: ArchRecord, user_attrs: dict[str, Any]) -> None:
         state=state, values=record.values if state.name == "COMPLETE" else None,
         params=record.params or {},
         distributions={k: json_to_distribution(v) for k, v in (record.distributions or {}).items()},
-        user_attrs=attrs,
+        user_attrs=attrs, system_attrs={"restored": True},  # not a proposal of its own (search._propose)
     )), "store a result from disk")
 
 

@@ -1,19 +1,19 @@
-"""The loop: ask for an architecture, deduplicate it, train its runs, store it (Optuna's
-ask-and-tell, driven by normsearch; compare ``optuna/study/_optimize.py``).
+"""The loop: take a task, deduplicate it, train its runs, store it (Optuna's ask-and-tell, driven by
+normsearch; compare ``optuna/study/_optimize.py``). One loop for every kind of study: the tasks
+come from a :class:`~._tasks.TaskSource`, the architecture search's (:mod:`._sampled`) or a stage's
+fixed list (``normsearch.stages``).
 
-- the baselines go first (enqueued, flagged ``baseline``), as ordinary points of the space where
-  the space can express them;
-- ``search.trials`` counts distinct searched architectures in total, across restarts and workers;
-- an architecture already evaluated (same ``arch_id``) is never trained again: a repeated proposal
-  reuses the stored result, and a proposal of an architecture another worker is training waits
-  for it;
+- what is known to be needed is queued first (the baselines; a stage's tasks), and a trial asked for
+  with nothing queued is a proposal of the sampler (the search alone);
+- a task already evaluated (same key) is never trained again: a repeated one reuses the stored
+  result, and one that another worker is training is waited for (or its runs helped with);
 - a trial whose worker died is reaped and retried (:mod:`._liveness`); Ctrl-C marks the interrupted
   trial so that the next run redoes it;
 - a storage that goes away mid-run is waited for: every read and write is retried with backoff
   (:func:`normsearch.storage.retry`);
 - every finished run is written to ``results/<name>/runs/`` before it is sent to storage (:mod:`._disk`);
-- the unit of parallel work on one machine is a run: a worker with no architecture of its own to
-  train helps train the runs of one that another worker on this host is training (:mod:`._claims`).
+- the unit of parallel work on one machine is a run: a worker with no task of its own to train
+  helps train the runs of one that another worker on this host is training (:mod:`._claims`).
 """
 
 from __future__ import annotations
@@ -26,20 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from .. import storage as _storage
-from ..baselines import baseline as get_baseline
 from ..errors import NormsearchError, Terminated
-from ..recipe import Recipe
-from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_WORKER, ArchRecord,
-                       RunResult, run_key)
-from ..scoring import Score, score_runs
+from ..records import (A_ARCH, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_WORKER, ArchRecord, RunResult,
+                       run_key)
+from ..scoring import score_runs
 from ..spec import Placement
 from ..storage import retry
 from . import _optuna
-from ._census import Census, census
+from ._census import census
 from ._claims import Registered, clear_stale, cores, live_workers, thread_share, try_claim
-from ._disk import add_finished, keep_best_checkpoint, read_run, run_path, sync_local_results, write_json
+from ._disk import add_finished, keep_best_checkpoint, read_run, run_path, write_json
 from ._liveness import Heartbeat, alive_here, enqueue_retry, reap_dead_trials, worker_id
-from ._open import StudyHandle, directions, open_study
+from ._open import StudyHandle
+from ._tasks import Task, TaskSource
 
 log = logging.getLogger("normsearch")
 
@@ -50,49 +49,25 @@ class StudyInterrupted(Exception):
     """Ctrl-C: the running trial was marked for a rerun; finished trials are kept."""
 
 
-def _set_attrs(study, tid: int, attrs: dict[str, Any]) -> None:
+def set_attrs(study, tid: int, attrs: dict[str, Any]) -> None:
     for k, v in attrs.items():
         retry(lambda k=k, v=v: _optuna.set_attr(study, tid, k, v), f"store {k}")
 
 
 class Search:
-    """One worker's search of one study."""
+    """One worker's share of one study: its tasks from ``source`` (default: the architecture search)."""
 
-    def __init__(self, handle: StudyHandle, display=None, verbose: bool = False, tokens=None):
+    def __init__(self, handle: StudyHandle, display=None, verbose: bool = False, tokens=None,
+                 source: TaskSource | None = None):
+        from ._sampled import Sampled
+
         self.handle, self.recipe, self.study = handle, handle.recipe, handle.study
         self.display, self.verbose = display, verbose
         self.tokens = tokens
-        self.multi = len(directions(self.recipe)) > 1
+        self.source = source if source is not None else Sampled()
         self.worker = worker_id()
         self._warned = False  # the oversubscription warning, once per worker
-
-    # -- bookkeeping -----------------------------------------------------------------------------
-
-    def target(self) -> int:
-        return len(self.recipe.search.baselines) + self.recipe.search.trials
-
-    def enqueue_baselines(self):
-        existing = {t.user_attrs.get(A_BASELINE) for t in retry(lambda: self.study.get_trials(deepcopy=False), "read")
-                    if t.state.name != "FAIL"}
-        L, space = self.recipe.model.n_layers, self.recipe.space
-        for name in self.recipe.search.baselines:
-            if name in existing:
-                continue
-            p = get_baseline(name, self.recipe.search.norm_kind)
-            params = space.params_of(p, L) if space is not None else None
-            attrs = {A_BASELINE: name, A_LABEL: name}
-            retry(lambda params=params, attrs=attrs: self.study.enqueue_trial(params or {}, user_attrs=attrs),
-                  "enqueue a baseline")
-
-    def need(self, c: Census) -> int:
-        baselines_left = len([b for b in self.recipe.search.baselines if b not in c.baselines_done])
-        return baselines_left + max(0, self.recipe.search.trials - c.searched_done)
-
-    def show(self, c: Census):
-        if self.display is not None:
-            done = len([b for b in self.recipe.search.baselines if b in c.baselines_done]) + min(
-                c.searched_done, self.recipe.search.trials)
-            self.display.study(done, self.target(), c.status_line())
+        self._started = time.monotonic()
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -101,30 +76,44 @@ class Search:
             self._run()
 
     def _run(self):
-        s = self.recipe.search
-        sync_local_results(self.handle)
-        self.enqueue_baselines()
+        src, s = self.source, self.recipe.search
+        src.prepare(self)
         errors = 0
-        proposals_without_news = 0
+        repeats = 0  # proposals in a row that repeated an evaluated architecture
         while True:
             reap_dead_trials(self.study, s.grace, s.heartbeat)
-            c = census(self.study)
+            c = census(self.study, key=src.key_attr)
             self.show(c)
-            need = self.need(c)
+            need = src.need(self, c)
             if need <= 0 and not c.running and not c.waiting:
+                if src.more(self, c):
+                    continue
                 return
-            if not c.waiting and need <= len(c.running):
-                if not self.help(c):  # others are on it: help them, or wait in case they die
-                    time.sleep(min(0.5 if self.shares_runs() else 2.0, s.heartbeat))
+            if not c.waiting and (need <= len(c.running) or not src.proposes() or src.hold(self, c)):
+                if src.refill(self, c):  # a task whose trial failed is queued again
+                    continue
+                self.wait_a_moment(c)  # others are on it: help them, or wait in case they die
                 continue
-            if proposals_without_news > 50 * max(1, need):
+            if repeats > 50 * max(1, need):
                 log.warning("the sampler keeps proposing architectures that were already evaluated; "
                             "the space may hold fewer than search.trials distinct architectures")
                 return
             trial = retry(self.study.ask, "ask for a trial")
             outcome, errors = self.attempt(trial, errors)
             if outcome is not None:
-                proposals_without_news = proposals_without_news + 1 if outcome == "reused" else 0
+                repeats = repeats + 1 if outcome == "reused" else 0
+
+    def wait_a_moment(self, c) -> None:
+        """Train one run another worker on this host has left to helpers, or sleep briefly."""
+        if not self.train_a_shared_run(c):
+            time.sleep(min(0.5 if self.shares_runs() else 2.0, self.recipe.search.heartbeat))
+
+    def show(self, c) -> None:
+        if self.display is not None:
+            done, total, info = self.source.progress(self, c)
+            runs = self.source.runs(self, c)
+            self.display.study(done, total, info, **({} if runs is None else {"runs_done": runs[0],
+                                                                               "runs_total": runs[1]}))
 
     def attempt(self, trial, errors: int) -> tuple[str | None, int]:
         """:meth:`evaluate` one trial. Ctrl-C (or SIGTERM) and a NormsearchError mark it for a rerun and
@@ -133,20 +122,21 @@ class Search:
         try:
             return self.evaluate(trial), 0
         except KeyboardInterrupt as e:
-            self._fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
-                       retry_it=True)
+            self.fail(trial, "interrupted (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)",
+                      retry_it=True)
             raise StudyInterrupted() from None
         except NormsearchError:
-            self._fail(trial, "stopped by an error", retry_it=True)
+            self.fail(trial, "stopped by an error", retry_it=True)
             raise
         except Exception as e:
-            self._fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
+            self.fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
             log.error("trial %d failed: %s: %s", trial.number, type(e).__name__, e)
             if errors + 1 >= 3:
                 raise
             return None, errors + 1
 
-    def _fail(self, trial, why: str, retry_it: bool):
+    def fail(self, trial, why: str, retry_it: bool):
+        """Mark a trial failed (and queue its point again when ``retry_it``)."""
         from optuna.trial import TrialState
 
         short = min(10.0, _storage.default_patience())
@@ -159,64 +149,55 @@ class Search:
         except Exception as e:  # the trial was already finished by someone else, or the storage is gone
             log.debug("could not mark trial %d failed: %s", trial.number, e)
 
-    def _placement(self, trial) -> tuple[Placement, str | None]:
-        """The trial's architecture: its baseline, or the space's point."""
-        name = trial.user_attrs.get(A_BASELINE)
-        L, space = self.recipe.model.n_layers, self.recipe.space
-        if not name:
-            if space is None:
-                raise NormsearchError("the recipe has no `space` but search.trials > 0; add a space or set trials: 0")
-            return self._suggest(trial), None
-        placement = get_baseline(name, self.recipe.search.norm_kind)
-        fixed = retry(lambda: _optuna.system_attrs(self.study, _optuna.trial_id(trial)), "read").get("fixed_params")
-        if space is not None and fixed and self._suggest(trial).arch_id(L) != placement.arch_id(L):
-            raise NormsearchError(f"baseline {name} is not the point of the space it was enqueued as")
-        return placement, name
+    def release(self, trial, why: str) -> str:
+        """A trial with nothing to do: marked failed as ``surplus: why``."""
+        from optuna.trial import TrialState
+
+        set_attrs(self.study, _optuna.trial_id(trial), {A_FAILED: f"surplus: {why}"})
+        retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "release a surplus trial")
+        return "surplus"
 
     def evaluate(self, trial) -> str:
-        """Propose, deduplicate, train, store. Returns 'trained', 'reused' or 'surplus'."""
+        """Take the trial's task, deduplicate, train, store. Returns 'trained', 'reused' or 'surplus'."""
         from optuna.trial import TrialState
 
         s, L, tid = self.recipe.search, self.recipe.model.n_layers, _optuna.trial_id(trial)
-        placement, name = self._placement(trial)
-        record = ArchRecord(arch_id=placement.arch_id(L), label=name or f"t{trial.number}", baseline=name,
-                            placement=placement.to_dict(), sites=placement.resolve(L).describe(),
-                            trial_number=trial.number)
-        arch = record.arch_id
-        _set_attrs(self.study, tid, {**record.identity_attrs(), A_WORKER: self.worker})
+        task = self.source.task(self, trial)
+        if task is None:
+            return self.release(trial, "no task")
+        record = ArchRecord(arch_id=task.arch_id, label=task.label, baseline=task.baseline,
+                            placement=task.placement.to_dict(), sites=task.placement.resolve(L).describe(),
+                            trial_number=trial.number, proposal=task.attrs.get("proposal"))
+        set_attrs(self.study, tid, {**record.identity_attrs(), A_WORKER: self.worker, **task.attrs})
 
-        # An architecture is trained once: reuse a finished one, wait for one in training.
+        # A task is trained once: reuse a finished one; while an earlier trial trains it, help train
+        # its runs, or wait for them.
+        key_attr = self.source.key_attr
         while True:
-            c = census(self.study, exclude_number=trial.number)
-            if arch in c.done:
-                return self._reuse(trial, c.done[arch])
-            earlier = [t for t in c.running if t.user_attrs.get(A_ARCH) == arch and t.number < trial.number]
+            c = census(self.study, exclude_number=trial.number, key=key_attr)
+            if task.key in c.done:
+                return self._reuse(trial, c.done[task.key])
+            earlier = [t for t in c.running if t.user_attrs.get(key_attr) == task.key and t.number < trial.number]
             if not earlier:
                 break
             with Heartbeat(self.study, tid, s.heartbeat):
-                if not self.help(c):
-                    time.sleep(min(2.0, s.heartbeat))
+                self.wait_a_moment(c)
             reap_dead_trials(self.study, s.grace, s.heartbeat)
-        if not name:  # a new searched architecture: is it one too many (a race between workers)?
-            lower = [t for t in c.running if t.number < trial.number]
-            in_flight = {t.user_attrs.get(A_ARCH) or f"?{t.number}" for t in lower if not t.user_attrs.get(A_BASELINE)}
-            if c.searched_done + len(in_flight - set(c.done) - c.baseline_archs) >= s.trials:
-                _set_attrs(self.study, tid, {A_FAILED: "surplus: the requested architectures are done"})
-                retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "release a surplus trial")
-                return "surplus"
+        if self.source.surplus(self, trial, task, c):
+            return self.release(trial, "the requested architectures are done")
 
         with Heartbeat(self.study, tid, s.heartbeat):
-            state, runs, score = self.train(trial, placement, arch, record.label, self._train_config())
+            state, runs, score = self.train(trial, task.placement, task.arch_id, task.label, task.train)
         record.state = state.name
-        record.values = None if state == TrialState.PRUNED else self._values(score)
+        record.values = None if state == TrialState.PRUNED else self.source.values(self, score)
         record.score = score.to_dict() if score else None
         record.params = dict(trial.params)
         record.distributions = {k: _dist_json(d) for k, d in trial.distributions.items()}
         record.runs = [run_key(r.seed, r.lr) for r in runs]
-        write_json(self.handle.runs_dir / arch / "arch.json", record.to_json())  # on disk before storage
+        write_json(self.source.record_path(self, trial, task), record.to_json())  # on disk before storage
         attrs = record.result_attrs()
         try:
-            _set_attrs(self.study, tid, attrs)
+            set_attrs(self.study, tid, attrs)
             retry(lambda: self.study.tell(trial, record.values, state=state), "store the result")
         except NormsearchError:  # the storage stayed away: the result waits on disk for the next run
             raise
@@ -227,54 +208,34 @@ class Search:
             if now.state != TrialState.FAIL:
                 raise
             # another worker took this trial for dead while it ran: store the result as a new trial,
-            # unless the architecture is done by now
+            # unless the task is done by now
             log.warning("trial %d was taken for dead while it ran; storing its result as a new trial", trial.number)
-            if arch not in census(self.study).done:
+            if task.key not in census(self.study, key=key_attr).done:
                 add_finished(self.study, record, {**now.user_attrs, **attrs})
         return "trained"
-
-    def _suggest(self, trial) -> Placement:
-        """The space's point for this trial. A storage error while its parameters are written is
-        retried; before each retry the trial's parameters are read back, so that a parameter whose
-        write did go through is kept (Optuna would sample it again)."""
-        attempts = [0]
-
-        def once():
-            if attempts[0]:
-                _optuna.reload_params(self.study, trial)
-            attempts[0] += 1
-            return self.recipe.space.suggest(trial)
-
-        return retry(once, "store the trial's parameters")
-
-    def _values(self, score: Score) -> list[float]:
-        second = self.recipe.search.second_objective
-        if second == "params":
-            return [score.value, float(score.n_params)]
-        if second == "throughput":
-            return [score.value, score.tokens_per_s]
-        return [score.value]
 
     def _reuse(self, trial, done) -> str:
         from optuna.trial import TrialState
 
         prior = ArchRecord.from_trial(done)
         prior.reused_from = done.number
-        _set_attrs(self.study, _optuna.trial_id(trial), prior.result_attrs())
+        set_attrs(self.study, _optuna.trial_id(trial), prior.result_attrs())
         state = done.state if done.state == TrialState.PRUNED else TrialState.COMPLETE
         retry(lambda: self.study.tell(trial, None if state == TrialState.PRUNED else done.values, state=state),
               "store a reused result")
         return "reused"
+
+    # -- training ----------------------------------------------------------------------------------
 
     def shares_runs(self) -> bool:
         """Whether runs are shared between the workers of this host: not under a pruner, which must
         see every architecture's runs in order."""
         return self.recipe.search.pruner == "none"
 
-    def _train_config(self):
-        """The recipe's training settings, with this worker's share of the cores when
-        ``train.threads`` is not set (a warning when it is set and oversubscribes them)."""
-        t = self.recipe.train
+    def train_config(self, **changes):
+        """The recipe's training settings (with ``changes``), with this worker's share of the cores
+        when ``train.threads`` is not set (a warning when it is set and oversubscribes them)."""
+        t = replace(self.recipe.train, **changes) if changes else self.recipe.train
         workers = live_workers()
         if t.threads is None:
             return replace(t, threads=thread_share(workers))
@@ -285,14 +246,6 @@ class Search:
                         workers, t.threads, cores(), workers, max(1, cores() // workers))
         return t
 
-    def _test_bytes(self) -> int | None:
-        """Score runs on a test split of this many bytes (a confirmation stage), or None (validation)."""
-        return None
-
-    def _runs_of(self, trial) -> list[tuple[int, float]]:
-        """The (seed, lr) runs another worker's trial trains (what :meth:`help` may take)."""
-        return self.recipe.train.runs
-
     def _train_one(self, placement, t, seed: int, lr: float, label: str, path: Path, on_eval=None) -> RunResult:
         """Train one run (its claim held by the caller) and write it to disk unless pruned."""
         from ..train import train_run
@@ -301,7 +254,7 @@ class Search:
                            tokens=self._tokens(), progress=self.display, on_eval=on_eval, verbose=self.verbose,
                            checkpoint=path.with_suffix(".safetensors"), label=label,
                            log_dir=self.handle.folder / "logs", log_group=self.recipe.name,
-                           test_bytes=self._test_bytes())
+                           test_bytes=self.source.test_bytes())
         result.worker = self.worker
         if not result.pruned:
             write_json(path, result.to_dict())
@@ -324,21 +277,22 @@ class Search:
         are not redone, runs that a helper on this host is training are waited for. The result is the
         same as if this worker had trained every run itself, in order. Then the extending sweep:
         while the best learning rate is at an end of the sweep, one more point beyond it (up to
-        ``train.lr_extend`` points), recorded on the trial."""
+        ``t.lr_extend`` points), recorded on the trial."""
         from optuna.trial import TrialState
 
         tid = _optuna.trial_id(trial)
         share = self.shares_runs()
         if share:
-            _set_attrs(self.study, tid, {A_SHARED: True})
+            set_attrs(self.study, tid, {A_SHARED: True})
         results: dict[int, RunResult] = {}
         deferred: list[int] = []
         state = TrialState.COMPLETE
         plan = list(t.runs)  # grows with the extending sweep
+        multi = len(self.handle.study.directions) > 1
 
         def on_eval_at(i):
             def on_eval(step, value):
-                if self.multi or not math.isfinite(value):
+                if multi or not math.isfinite(value):
                     return False
                 retry(lambda: trial.report(value, i * t.steps + step), "report an evaluation")
                 return retry(trial.should_prune, "ask the pruner")
@@ -353,7 +307,7 @@ class Search:
                         pruned = True
                         break
             seed, lr = plan[i]
-            _set_attrs(self.study, tid, {run_key(seed, lr): result.compact()})
+            set_attrs(self.study, tid, {run_key(seed, lr): result.compact()})
             results[i] = result
             return pruned
 
@@ -387,7 +341,7 @@ class Search:
             if lr is None:
                 break
             extended.append(lr)
-            _set_attrs(self.study, tid, {A_LR_EXTENDED: extended})
+            set_attrs(self.study, tid, {A_LR_EXTENDED: extended})
             for seed in t.seeds:
                 plan.append((seed, lr))
                 if run(len(plan) - 1, False):
@@ -400,28 +354,28 @@ class Search:
             keep_best_checkpoint(self.handle, arch, seed, score.best_lr, score.seeds_at_best[seed])
         return state, runs, score
 
-    def help(self, c: Census) -> bool:
-        """Train one unclaimed run of an architecture that another live worker on this host is
-        training (the newest runs first: its owner trains from the oldest). False when there is none."""
+    def train_a_shared_run(self, c) -> bool:
+        """Train one unclaimed run of a task that another live worker on this host is training (the
+        newest runs first: its owner trains from the oldest). False when there is none."""
         if not self.shares_runs():
             return False
         L = self.recipe.model.n_layers
         for tr in sorted(c.running, key=lambda tr: tr.number):
             ua = tr.user_attrs
             if (not ua.get(A_SHARED) or ua.get(A_WORKER) == self.worker or alive_here(ua.get(A_WORKER)) is not True
-                    or ua.get(A_ARCH) in c.done or not ua.get(A_PLACEMENT)):
+                    or ua.get(self.source.key_attr) in c.done or not ua.get(A_PLACEMENT)):
                 continue
             placement = Placement.from_dict(ua[A_PLACEMENT])
             arch = ua[A_ARCH]
             if placement.arch_id(L) != arch:
                 continue
-            for seed, lr in reversed(self._runs_of(tr)):
+            for seed, lr in reversed(self.source.runs_of(self, tr)):
                 path = run_path(self.handle.runs_dir, arch, seed, lr)
                 claim = None if path.is_file() else try_claim(path, self.worker)
                 if claim is None:
                     continue
                 with claim:
-                    self._train_one(placement, self._train_config(), seed, lr, ua.get(A_LABEL) or arch, path)
+                    self._train_one(placement, self.train_config(), seed, lr, ua.get(A_LABEL) or arch, path)
                 return True
         return False
 
@@ -454,13 +408,13 @@ def _dist_json(d) -> str:
     return distribution_to_json(d)
 
 
-def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, display=None, verbose: bool = False,
+def run_study(recipe, *, storage: str | None = None, display=None, verbose: bool = False,
               seed_offset: int = 0) -> StudyHandle:
     """Run (or resume, or join as one more worker) the recipe's study until its baselines and
     ``search.trials`` searched architectures are evaluated. Returns the study's handle."""
-    from ..recipe import load_recipe
-
     from ..checks import ensure_runnable
+    from ..recipe import Recipe, load_recipe
+    from ._open import open_study
 
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
@@ -468,3 +422,6 @@ def run_study(recipe: Recipe | str | Path, *, storage: str | None = None, displa
     handle = open_study(recipe, storage, seed_offset=seed_offset)
     Search(handle, display, verbose).run()
     return handle
+
+
+__all__ = ["Search", "StudyInterrupted", "Task", "TaskSource", "extension", "run_study", "set_attrs"]

@@ -128,9 +128,14 @@ def open_study(recipe: Recipe, storage: str | None = None, create: bool = True, 
             _check_folder(recipe, folder, creating=True)
             created.append(True)
         n_existing = len(existing.get_trials(deepcopy=False)) if existing else 0
+        sampler = make_sampler(recipe, recipe.search.seed + n_existing + seed_offset)
+        if recipe.search.reproducible:  # proposals by search._propose's rule, replayed into the study
+            from ._propose import replay_sampler
+
+            sampler = replay_sampler(sampler)
         return optuna.create_study(
             study_name=recipe.name, storage=store, directions=directions(recipe), load_if_exists=True,
-            sampler=make_sampler(recipe, recipe.search.seed + n_existing + seed_offset), pruner=make_pruner(recipe),
+            sampler=sampler, pruner=make_pruner(recipe),
         )
 
     study = retry(create_or_load, "open the study")

@@ -1,7 +1,10 @@
-"""Local workers: ``normsearch run --jobs N`` and ``--devices``. Each worker is one ``normsearch run``
-process on the same study (with ``--devices``, on its own GPU or group of ``train.devices`` GPUs;
-``--jobs`` workers per group), their progress shown together. On CPU the cores are split between
-the workers: ``--jobs auto`` picks the split that is fastest for the model's size.
+"""Local workers: ``--jobs N`` and ``--devices``. Each worker is one process running the same job
+(:class:`normsearch.jobs.Job`: a search, a confirmation or a ladder) on the same study (with
+``--devices``, on its own GPU or group of ``train.devices`` GPUs; ``--jobs`` workers per group), their
+progress shown together. On CPU the cores are split between the workers: ``--jobs auto`` picks the
+split that is fastest for the model's size. The job reaches a worker typed, as JSON in its
+environment, with its share of the cores; the storage URL in its environment too, never on a
+command line.
 
 Workers of one machine share work by the run (:mod:`._claims`): one with no architecture of its own
 trains a run of another's, so a study with few architectures left still fills the machine.
@@ -16,7 +19,6 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import NormsearchError
 from ..recipe import Recipe
@@ -57,12 +59,12 @@ def parse_jobs(value) -> int | str:
 class Worker:
     name: str
     env: dict = field(default_factory=dict)  # added to this process's environment
-    args: list = field(default_factory=list)  # added to its command line
+    threads: int | None = None  # its train.threads
 
 
 def plan_workers(jobs: int | str, recipe: Recipe, groups: list[list[int]] | None, gpu: bool) -> list[Worker]:
     """The local workers of ``--jobs`` (and ``--devices``: that many per GPU group), each with its
-    share of the cores as ``--train.threads`` unless the recipe sets it. ``auto`` is one worker
+    share of the cores as its ``train.threads`` unless the recipe sets it. ``auto`` is one worker
     per GPU group on GPUs; on CPU it splits the cores by :func:`threads_per_job`, into no more
     workers than the study has runs."""
     threads = recipe.train.threads
@@ -74,14 +76,14 @@ def plan_workers(jobs: int | str, recipe: Recipe, groups: list[list[int]] | None
             runs = (len(recipe.search.baselines) + recipe.search.trials) * len(recipe.train.runs)
             jobs, threads = max(1, min(cores() // per, runs)), per
     total = jobs * (len(groups) if groups else 1)
-    args = ["--train.threads", str(threads or max(1, cores() // total))]
+    threads = threads or max(1, cores() // total)
     if groups is None:
-        return [Worker(f"job{i}", args=args) for i in range(jobs)]
+        return [Worker(f"job{i}", threads=threads) for i in range(jobs)]
     out = []
     for g in groups:
         ids = ",".join(map(str, g))
         for j in range(jobs):
-            out.append(Worker(f"gpu{ids}" + (f"/{j}" if jobs > 1 else ""), {"CUDA_VISIBLE_DEVICES": ids}, args))
+            out.append(Worker(f"gpu{ids}" + (f"/{j}" if jobs > 1 else ""), {"CUDA_VISIBLE_DEVICES": ids}, threads))
     return out
 
 
@@ -123,6 +125,9 @@ def device_groups(devices: str, per_worker: int) -> list[list[int]]:
 
 #: the storage URL for worker processes: passed in their environment, never on their command line
 WORKER_STORAGE = "NORMSEARCH_WORKER_STORAGE"
+#: the job (JSON), the worker's name, its index and --verbose, in a worker process's environment
+WORKER_JOB, WORKER_NAME, WORKER_INDEX, WORKER_VERBOSE = ("NORMSEARCH_JOB", "NORMSEARCH_WORKER_NAME",
+                                                         "NORMSEARCH_WORKER_INDEX", "NORMSEARCH_WORKER_VERBOSE")
 
 
 def _die_with_parent():  # pragma: no cover - runs in the child between fork and exec
@@ -136,18 +141,18 @@ def _die_with_parent():  # pragma: no cover - runs in the child between fork and
         pass
 
 
-def run_workers(recipe_path: Path, extra: list[str], workers: list[Worker], url: str, verbose: bool,
-                view, sigterm=lambda: False, command: str = "run") -> list[int]:
-    """Start the workers, feed their progress (JSON lines) to ``view.handle``, and wait for them.
-    Returns their exit codes. A Ctrl-C reaches the workers too, and they mark their trials before they
-    exit with 130; a SIGTERM reaches this process only (``sigterm()`` says which it was), so it is
-    passed on to them. The storage URL goes to them in their environment, never on a command line."""
+def run_workers(job, workers: list[Worker], url: str, verbose: bool, view, sigterm=lambda: False) -> list[int]:
+    """Start the workers of ``job`` (a :class:`normsearch.jobs.Job`), feed their progress (JSON lines)
+    to ``view.handle``, and wait for them. Returns their exit codes. A Ctrl-C reaches the workers too,
+    and they mark their trials before they exit with 130; a SIGTERM reaches this process only
+    (``sigterm()`` says which it was), so it is passed on to them."""
+    import json
+
     procs = []
     for i, w in enumerate(workers):
-        cmd = [sys.executable, "-m", "normsearch", command, str(recipe_path), *extra, *w.args,
-               "--storage", f"env:{WORKER_STORAGE}", "--jobs", "1", "--worker-index", str(i), "--progress-json",
-               w.name] + (["--verbose"] if verbose else [])
-        procs.append(subprocess.Popen(cmd, env={**os.environ, **w.env, WORKER_STORAGE: url}, stdout=subprocess.PIPE,
+        env = {**os.environ, **w.env, WORKER_STORAGE: url, WORKER_NAME: w.name, WORKER_INDEX: str(i),
+               WORKER_JOB: json.dumps(job.with_threads(w.threads).to_json()), WORKER_VERBOSE: "1" if verbose else ""}
+        procs.append(subprocess.Popen([sys.executable, "-m", "normsearch._worker"], env=env, stdout=subprocess.PIPE,
                                       text=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None))
     readers = [threading.Thread(target=lambda p=p: [view.handle(line) for line in p.stdout], daemon=True)
                for p in procs]

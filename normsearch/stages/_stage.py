@@ -23,14 +23,11 @@ from typing import Any
 
 from ..errors import NormsearchError
 from ..recipe import Recipe
-from ..records import A_BASELINE, A_FAILED, A_LRS, A_SEEDS, A_TASK, A_WORKER, STAGE_SEP, ArchRecord, run_key
+from ..records import A_BASELINE, A_LRS, A_SEEDS, A_TASK, STAGE_SEP, run_keys
+from ..search import Search, StudyHandle, TaskSource, census
+from ..search import Task as SearchTask
 from ..spec import Placement
 from ..storage import open_storage, retry
-from . import _optuna
-from ._disk import write_json
-from ._liveness import Heartbeat, reap_dead_trials
-from ._loop import Search, _set_attrs
-from ._open import StudyHandle
 
 
 A_STAGE = "stage"  # a stage study's attribute: kind, settings and its entries
@@ -130,10 +127,10 @@ def stage_names(parent: StudyHandle) -> list[str]:
 def search_finished(parent: StudyHandle) -> None:
     """A NormsearchError unless the search has every architecture it asks for, none running: a stage
     takes its architectures (and their learning rates) from the finished search."""
-    from ._census import census
+    from ..search import Sampled
 
     c = census(parent.study)
-    need = Search(parent).need(c)
+    need = Sampled().need(Search(parent), c)
     if need > 0 or c.running:
         raise NormsearchError(
             f"the search of study {parent.recipe.name!r} is not finished ({need} architectures to go, "
@@ -204,143 +201,85 @@ def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any",
         stage.entries = [Entry(**{**e, "search_ci": tuple(e.get("search_ci") or (None, None))})
                          for e in stored["entries"]]
         stage.seeds = list(stored["seeds"])
-    stage.rounds = _rounds(study)
+    stage.rounds = stored_rounds(study)
     handle = StudyHandle(stage.recipe, study, parent.storage_url, parent.folder / kind)
     return handle, stage
 
 
-def _rounds(study) -> list[dict]:
+def stored_rounds(study) -> list[dict]:
     ua = retry(lambda: dict(study.user_attrs), "read the stage")
     rounds = sorted((int(k[len(A_ROUND):]), v) for k, v in ua.items() if k.startswith(A_ROUND))
     return [v for _, v in rounds]
 
 
-class StageSearch(Search):
-    """One worker's share of a stage: every task trained once, then racing rounds."""
+class StageTasks(TaskSource):
+    """A stage's fixed list of tasks as the loop's source: every task trained once, then racing
+    rounds."""
 
-    def __init__(self, handle: StudyHandle, stage: Stage, display=None, verbose: bool = False, tokens=None):
-        super().__init__(handle, display, verbose, tokens)
+    key_attr = A_TASK
+
+    def __init__(self, stage: Stage):
         self.stage = stage
-
-    def _test_bytes(self) -> int | None:
-        return self.stage.test_bytes
-
-    def _runs_of(self, trial) -> list[tuple[int, float]]:
-        ua = trial.user_attrs
-        return [(int(s), float(lr)) for lr in ua.get(A_LRS) or [] for s in ua.get(A_SEEDS) or []]
 
     def tasks(self) -> dict[str, Task]:
         return {t.key: t for t in self.stage.tasks()}
 
-    def enqueue_baselines(self):
-        trials = retry(lambda: self.study.get_trials(deepcopy=False), "read")
-        present = {t.user_attrs.get(A_TASK) for t in trials if t.state.name != "FAIL"}
+    def prepare(self, search) -> None:
+        self._enqueue(search, retry(lambda: search.study.get_trials(deepcopy=False), "read"))
+
+    def _enqueue(self, search, trials) -> bool:
+        """Queue every task with no trial that is waiting, running or finished. True when one was."""
+        live = {t.user_attrs.get(A_TASK) for t in trials if t.state.name != "FAIL"}
+        queued = False
         for key in self.tasks():
-            if key not in present:
+            if key not in live:
                 attrs = {A_TASK: key}
-                retry(lambda attrs=attrs: self.study.enqueue_trial({}, user_attrs=attrs), "enqueue a task")
+                retry(lambda attrs=attrs: search.study.enqueue_trial({}, user_attrs=attrs), "enqueue a task")
+                queued = True
+        return queued
 
-    def _queued(self, keys: list[str]) -> bool:
-        """Whether the tasks ``keys`` have a trial that is neither failed nor finished (one just asked
-        for, say): then they are not queued again."""
-        trials = retry(lambda: self.study.get_trials(deepcopy=False), "read")
-        return all(any(t.user_attrs.get(A_TASK) == k and t.state.name not in ("FAIL", "COMPLETE", "PRUNED")
-                       for t in trials) for k in keys)
+    def refill(self, search, c) -> bool:
+        return self._enqueue(search, c.trials)
 
-    def _states(self):
-        trials = retry(lambda: self.study.get_trials(deepcopy=False), "read the trials")
-        done, running, waiting = {}, {}, set()
-        for t in trials:
-            key = t.user_attrs.get(A_TASK)
-            if t.state.name in ("COMPLETE", "PRUNED") and key:
-                done.setdefault(key, t)
-            elif t.state.name == "RUNNING" and key:
-                running.setdefault(key, t)
-            elif t.state.name == "WAITING":
-                waiting.add(key)
-        return trials, done, running, waiting
+    def need(self, search, c) -> int:
+        self.stage.rounds = stored_rounds(search.study)  # another worker may have added a round
+        return len([k for k in self.tasks() if k not in c.done])
 
-    def _run(self):
-        from ._census import census
-
-        s = self.recipe.search
-        self.enqueue_baselines()
-        errors = 0
-        while True:
-            reap_dead_trials(self.study, s.grace, s.heartbeat)
-            self.stage.rounds = _rounds(self.study)
-            tasks = self.tasks()
-            trials, done, running, waiting = self._states()
-            if self.display is not None:
-                self.display.study(len(set(tasks) & set(done)), len(tasks), self.stage.kind)
-            missing = [k for k in tasks if k not in done]
-            if not missing and not running:
-                if self.race(done):
-                    self.enqueue_baselines()
-                    continue
-                return
-            if not waiting:
-                unclaimed = [k for k in missing if k not in running]
-                if unclaimed and not self._queued(unclaimed):  # a task whose trial failed: queue it again
-                    self.enqueue_baselines()
-                    continue
-                if not self.help(census(self.study, trials=trials)):
-                    time.sleep(min(0.5 if self.shares_runs() else 2.0, s.heartbeat))
-                continue
-            trial = retry(self.study.ask, "ask for a task")
-            _, errors = self.attempt(trial, errors)
-
-    def evaluate(self, trial) -> str:
-        from optuna.trial import TrialState
-
-        s, L, tid = self.recipe.search, self.recipe.model.n_layers, _optuna.trial_id(trial)
+    def progress(self, search, c) -> tuple[int, int, str]:
         tasks = self.tasks()
-        key = trial.user_attrs.get(A_TASK)
-        if key not in tasks:  # a trial asked for without a task (after a failure): nothing to do
-            _set_attrs(self.study, tid, {A_FAILED: "surplus: no task"})
-            retry(lambda: self.study.tell(trial, state=TrialState.FAIL), "release a surplus trial")
-            return "surplus"
-        task = tasks[key]
-        placement = Placement.from_dict(task.placement)
-        record = ArchRecord(arch_id=task.arch_id, label=task.label, baseline=task.baseline,
-                            placement=task.placement, sites=placement.resolve(L).describe(),
-                            trial_number=trial.number)
-        attrs = {**record.identity_attrs(), A_WORKER: self.worker, A_SEEDS: list(task.seeds), A_LRS: list(task.lrs)}
+        return len(set(tasks) & set(c.done)), len(tasks), self.stage.kind
+
+    def runs(self, search, c) -> tuple[int, int]:
+        size = {k: len(t.seeds) * len(t.lrs) for k, t in self.tasks().items()}
+        live = sum(len(run_keys(t.user_attrs)) for t in c.running
+                   if t.user_attrs.get(A_TASK) in size and t.user_attrs.get(A_TASK) not in c.done)
+        return sum(n for k, n in size.items() if k in c.done) + live, sum(size.values())
+
+    def task(self, search, trial) -> SearchTask | None:
+        task = self.tasks().get(trial.user_attrs.get(A_TASK))
+        if task is None:  # a trial asked for without a task (after a failure): nothing to do
+            return None
+        t = search.train_config(seeds=list(task.seeds), lr=list(task.lrs),
+                                lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0)
+        attrs = {A_SEEDS: list(task.seeds), A_LRS: list(task.lrs)}
         if task.baseline:
             attrs[A_BASELINE] = task.baseline
-        _set_attrs(self.study, tid, attrs)
-        # A task is trained once: reuse a finished one; while an earlier trial trains it (workers that
-        # open a stage at once both queue its tasks), help train its runs, or wait for them.
-        from ._census import census
+        return SearchTask(task.key, task.arch_id, task.label, Placement.from_dict(task.placement), task.baseline, t,
+                          attrs)
 
-        while True:
-            trials, done, _, _ = self._states()
-            if key in done:
-                return self._reuse(trial, done[key])
-            earlier = [t for t in trials if t.state.name == "RUNNING" and t.user_attrs.get(A_TASK) == key
-                       and t.number < trial.number]
-            if not earlier:
-                break
-            with Heartbeat(self.study, tid, s.heartbeat):
-                if not self.help(census(self.study, exclude_number=trial.number, trials=trials)):
-                    time.sleep(min(2.0, s.heartbeat))
-            reap_dead_trials(self.study, s.grace, s.heartbeat)
-        t = replace(self._train_config(), seeds=list(task.seeds), lr=list(task.lrs),
-                    lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0)
-        with Heartbeat(self.study, tid, s.heartbeat):
-            state, runs, score = self.train(trial, placement, task.arch_id, task.label, t)
-        record.state = state.name
-        record.values = None if state == TrialState.PRUNED else [score.value]
-        record.score = score.to_dict() if score else None
-        record.runs = [run_key(r.seed, r.lr) for r in runs]
-        write_json(self.handle.runs_dir / task.arch_id / f"task-{trial.number}.json", record.to_json())
-        _set_attrs(self.study, tid, record.result_attrs())
-        retry(lambda: self.study.tell(trial, record.values, state=state), "store the result")
-        return "trained"
+    def record_path(self, search, trial, task: SearchTask):
+        return search.handle.runs_dir / task.arch_id / f"task-{trial.number}.json"
+
+    def test_bytes(self) -> int | None:
+        return self.stage.test_bytes
+
+    def runs_of(self, search, trial) -> list[tuple[int, float]]:
+        ua = trial.user_attrs
+        return [(int(s), float(lr)) for lr in ua.get(A_LRS) or [] for s in ua.get(A_SEEDS) or []]
 
     # -- racing ------------------------------------------------------------------------------------
 
-    def race(self, done: dict) -> bool:
+    def more(self, search, c) -> bool:
         """One round of racing, when the stage races and has not stopped: seeds for the contenders.
         True when there are tasks to train (this round's, or one another worker decided meanwhile).
 
@@ -349,28 +288,36 @@ class StageSearch(Search):
         that another worker stored first is adopted. A window remains between that last read and the
         write, in which both may store the round; both decided from the same finished runs with the
         same seeded ranking, so they store the same decision."""
-        racing = self.stage.racing
-        if racing is None or self.stage.decide is None or self._race_ended():
+        study, racing = search.study, self.stage.racing
+        if racing is None or self.stage.decide is None or self._race_ended(study):
             return False
-        self.stage.rounds = _rounds(self.study)
-        if any(key not in done for key in self.tasks()):  # another worker added a round since this one looked
-            return True
+        self.stage.rounds = stored_rounds(study)
+        if any(key not in c.done for key in self.tasks()):  # another worker added a round since this one looked
+            return self._enqueue(search, c.trials) or True
         n = len(self.stage.rounds)
-        decision = self.stage.decide(self.handle, self.stage, racing)
-        if self._race_ended():
+        decision = self.stage.decide(search.handle, self.stage, racing)
+        if self._race_ended(study):
             return False
-        if len(_rounds(self.study)) > n:  # another worker stored round n first: train that one
-            self.stage.rounds = _rounds(self.study)
-            return True
-        if decision.get("stop"):
-            retry(lambda: self.study.set_user_attr(A_RACE_END, decision), "store the end of racing")
+        if len(stored_rounds(study)) > n:  # another worker stored round n first: train that one
+            self.stage.rounds = stored_rounds(study)
+        elif decision.get("stop"):
+            retry(lambda: study.set_user_attr(A_RACE_END, decision), "store the end of racing")
             return False
-        retry(lambda: self.study.set_user_attr(f"{A_ROUND}{n}", decision), "store a round of racing")
-        self.stage.rounds = _rounds(self.study)
+        else:
+            retry(lambda: study.set_user_attr(f"{A_ROUND}{n}", decision), "store a round of racing")
+            self.stage.rounds = stored_rounds(study)
+        self._enqueue(search, retry(lambda: study.get_trials(deepcopy=False), "read"))
         return True
 
-    def _race_ended(self) -> bool:
-        return bool(retry(lambda: self.study.user_attrs.get(A_RACE_END), "read the stage"))
+    @staticmethod
+    def _race_ended(study) -> bool:
+        return bool(retry(lambda: study.user_attrs.get(A_RACE_END), "read the stage"))
+
+
+def run_stage(handle: StudyHandle, stage: Stage, display=None, verbose: bool = False, tokens=None) -> StudyHandle:
+    """Train a stage to the end (its racing rounds included) as one worker of it."""
+    Search(handle, display, verbose, tokens, source=StageTasks(stage)).run()
+    return handle
 
 
 def stage_status(parent: StudyHandle) -> list[str]:

@@ -5,12 +5,31 @@ search and the ranking: it reads the search's ranking to pick what to confirm.)"
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import NormsearchError
 from ..recipe import ConfirmConfig
-from ..search._confirm import KIND, confirm_recipe
-from ..search._open import StudyHandle
-from ..search._stages import Entry, Stage, StageSearch, open_stage
+from ..search import StudyHandle
+from ._stage import A_RACE_END, A_STAGE, Entry, Stage, find_stage, open_stage, run_stage, stage_recipe, stored_rounds
 from .racing import racing_round
+
+KIND = "confirm"
+
+
+def confirm_recipe(parent, seeds: list[int], lrs: list[float]):
+    """The recipe a confirmation's runs are trained under: the search's, with the fresh seeds and the
+    chosen learning rates (each architecture trains at its own one only)."""
+    return stage_recipe(parent, KIND, train=replace(parent.train, seeds=list(seeds), lr=sorted(set(lrs)), lr_extend=0))
+
+
+def confirm_handle(parent: StudyHandle) -> StudyHandle | None:
+    """The confirmation of a search, to report on, or None when it was never started."""
+    study = find_stage(parent, KIND)
+    info = study.user_attrs.get(A_STAGE) if study is not None else None
+    if not info:
+        return None
+    recipe = confirm_recipe(parent.recipe, info["seeds"], [lr for e in info["entries"] for lr in e["lr"]])
+    return StudyHandle(recipe, study, parent.storage_url, parent.folder / KIND)
 
 
 def entries(parent: StudyHandle, cfg: ConfirmConfig) -> list[Entry]:
@@ -65,8 +84,7 @@ def run_confirm(parent: StudyHandle, cfg: ConfirmConfig, racing=None, display=No
     """Create or resume the confirmation of a finished search and train it to the end (racing
     included). Returns the stage's handle."""
     handle, stage = open_confirm(parent, cfg, racing)
-    StageSearch(handle, stage, display, verbose).run()
-    return handle
+    return run_stage(handle, stage, display, verbose)
 
 
 def confirmed_order(parent: StudyHandle) -> list[str]:
@@ -74,8 +92,6 @@ def confirmed_order(parent: StudyHandle) -> list[str]:
     confirmed ranking; empty when the search has none, or it is not finished (a task to train, one
     running, racing not ended): a partial confirmation orders nothing."""
     from ..ranking import rank
-    from ..search._confirm import confirm_handle
-    from ..search._stages import A_RACE_END, A_STAGE, _rounds
 
     stage = confirm_handle(parent)
     if stage is None:
@@ -86,7 +102,7 @@ def confirmed_order(parent: StudyHandle) -> list[str]:
         return []
     ranking = rank(stage, against=[])
     seeds = len(info.get("seeds") or [])
-    expected = len(info.get("entries") or []) * seeds + sum(len(r.get("added", [])) for r in _rounds(stage.study))
+    expected = len(info.get("entries") or []) * seeds + sum(len(r.get("added", [])) for r in stored_rounds(stage.study))
     if ranking.running or sum(len(r.runs) for r in ranking.rows) < expected:
         return []
     return [r.arch_id for r in ranking.ranked if r.rank is not None and not r.is_baseline]

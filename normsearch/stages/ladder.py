@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from ..config import ModelConfig, from_mapping, to_mapping
 from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe, ladder_config
-from ..search._open import StudyHandle
-from ..search._stages import (A_STAGE, Entry, Stage, StageSearch, find_stage, open_stage, search_finished, stage_names,
-                              stage_recipe)
+from ..search import StudyHandle
+from ._stage import A_STAGE, Entry, Stage, find_stage, open_stage, run_stage, search_finished, stage_names, stage_recipe
 
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
@@ -361,7 +359,7 @@ def run_ladder(parent: StudyHandle, cfg: LadderConfig, display=None, verbose: bo
     """Train every rung, smallest first, to the end. Returns [(rung, handle)]."""
     out = []
     for rung, handle, stage in open_rungs(parent, cfg):
-        StageSearch(handle, stage, display, verbose).run()
+        run_stage(handle, stage, display, verbose)
         out.append((rung, handle))
     return out
 
@@ -387,48 +385,3 @@ def chosen_by(parent: StudyHandle) -> str:
     if by == {"confirmation", "search"}:
         return "the confirmation's ranking, then the search's for those it did not train"
     return "the top of the search's ranking"
-
-
-def write_ladder_report(parent: StudyHandle, cfg: LadderConfig, out_dir: Path, against,
-                        rungs_dir: Path | None = None) -> Path:
-    """``ladder.md`` (and ``ladder.json``, ``ladder.png``) in ``out_dir``, and every rung's own report
-    in ``<rungs_dir>/ladder-<i>/``; ``rungs_dir`` None: in the rung's results folder
-    (``results/<study>/ladder-<i>/``). The command line passes its ``--out`` here, so that a report
-    written elsewhere never rewrites the rungs' reports in the results folder."""
-    import json
-
-    from ..ranking import stat_runs
-    from ..report import write_report
-    from ..report._ladder_plots import ladder_plot
-    from ..report._plots import save
-    from ..stats.ladder import analyse_ladder, rung_from_runs
-    from .ladder_report import ladder_markdown
-
-    rungs = ladder_handles(parent, cfg)
-    if not rungs:
-        raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it first")
-    stats_rungs, rankings, folders = [], [], []
-    for rung, handle in rungs:
-        folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(rung.index)
-        ranking = write_report(handle, folder, against=against, overwrite=True)
-        rankings.append(ranking)
-        folders.append(folder)
-        rows = [r for r in ranking.rows if r.runs]
-        sizes = {r.label: float(r.n_params) for r in rows if r.n_params}
-        stats_rungs.append(rung_from_runs(rung.name, stat_runs(rows, ranking.judgement.unigram_bpb), sizes))
-    stats = analyse_ladder(stats_rungs, target=cfg.target) if len(stats_rungs) >= 2 else None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plot = None
-    if stats is not None:
-        bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
-        fig = ladder_plot(stats, baselines=bases)
-        if fig is not None:
-            save(fig, out_dir / "ladder.png")
-            plot = "ladder.png"
-        (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
-    text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
-                           lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent))), folders,
-                           chosen_by(parent))
-    path = out_dir / "ladder.md"
-    path.write_text(text)
-    return path

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..search._open import StudyHandle
-from ..search._stages import Stage
+from ..search import StudyHandle
+from ._stage import Stage
 
 
 def racing_round(handle: StudyHandle, stage: Stage, racing) -> dict:

@@ -16,7 +16,7 @@ from normsearch.recipe import load_recipe
 from normsearch.records import A_ARCH, A_REUSED
 from normsearch.search import census, open_results
 from normsearch.search import _claims
-from normsearch.search._workers import plan_workers
+from normsearch.search import plan_workers
 
 from tiny import write_tiny_recipe
 
@@ -160,7 +160,7 @@ def test_auto_jobs_split_the_cores_by_model_size(tmp_path, monkeypatch, d_model,
     monkeypatch.setattr("normsearch.search._workers.cores", lambda: 2)
     r = load_recipe(ROOT / "recipes" / "quickstart.yaml", ["--model.d_model", str(d_model)])
     plan = plan_workers("auto", r, None, gpu=False)
-    assert len(plan) == workers and plan[0].args == ["--train.threads", str(threads)]
+    assert len(plan) == workers and plan[0].threads == threads
     assert [w.name for w in plan_workers(3, r, None, gpu=False)] == ["job0", "job1", "job2"]
     on_gpus = plan_workers("auto", r, [[0], [1]], gpu=True)
     assert [(w.name, w.env) for w in on_gpus] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),

@@ -208,7 +208,7 @@ def test_every_shipped_recipe_runs_at_a_tiny_size(recipe, tmp_path):
     assert c.searched_done == (1 if handle.recipe.space is not None else 0)
     assert (handle.folder / "report.md").is_file() and "rank" in r.output
     if handle.recipe.confirm is not None:  # the confirmation stage ran after the search, and leads the report
-        from normsearch.search._confirm import confirm_handle
+        from normsearch.stages import confirm_handle
 
         assert confirm_handle(handle) is not None
         assert "## Confirmed verdicts" in (handle.folder / "report.md").read_text()

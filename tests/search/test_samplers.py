@@ -104,7 +104,8 @@ def test_a_space_searched_to_its_last_network_trains_each_once_and_status_counts
     r = CliRunner().invoke(app, ["status", str(tmp_path / "results" / "small")])
     assert r.exit_code == 0, r.output
     assert "7/7 searched" in r.output
-    assert f"{len(repeats)} proposals repeated an evaluated architecture and reused its result" in r.output
+    n = len(repeats)
+    assert f"{n} proposal{'s' if n > 1 else ''} repeated an evaluated architecture and reused its result" in r.output
     # a rerun has nothing left to do
     run_study(load_recipe(path, {"train.seeds": [0]}))
     assert len(handle.study.get_trials()) == len(trials)

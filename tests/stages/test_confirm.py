@@ -23,10 +23,9 @@ from normsearch.errors import NormsearchError
 from normsearch.recipe import RacingConfig, load_recipe, recipe_from_dict
 from normsearch.records import RunResult
 from normsearch.search import open_results
-from normsearch.search._confirm import confirm_handle
 from normsearch.search._loop import extension
 from normsearch.search._open import fingerprint, stored_fingerprint
-from normsearch.search._stages import A_STAGE, Entry, Stage
+from normsearch.stages import A_STAGE, Entry, Stage, confirm_handle
 from normsearch.stages.racing import racing_round
 
 from tiny import write_tiny_recipe
@@ -138,7 +137,7 @@ def searched(tmp_path_factory):
 
 
 def test_confirm_refuses_an_unfinished_search_and_a_study_that_is_not_there(searched, tmp_path):
-    from normsearch.search._stages import find_stage
+    from normsearch.stages import find_stage
 
     handle = open_results(searched)
     # refused before anything is made: no empty stage is left that would skip the checks next time
@@ -318,7 +317,10 @@ def test_the_headline_says_when_the_searchs_first_was_not_confirmed_or_the_searc
 def test_a_racing_round_another_worker_stored_first_is_adopted_not_overwritten(tmp_path):
     import optuna
 
-    from normsearch.search._stages import A_ROUND, StageSearch
+    from types import SimpleNamespace
+
+    from normsearch.search import census
+    from normsearch.stages import A_ROUND, StageTasks
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
     stage = _stage()
@@ -330,14 +332,15 @@ def test_a_racing_round_another_worker_stored_first_is_adopted_not_overwritten(t
         return {"added": [["a", 1003], ["b", 1003]]}
 
     stage.decide = decide
-    worker = StageSearch.__new__(StageSearch)
-    worker.study, worker.stage, worker.handle = study, stage, None
-    done = {t.key: None for t in stage.tasks()}
-    assert worker.race(done) is True
-    assert study.user_attrs[f"{A_ROUND}0"] == theirs and worker.stage.rounds == [theirs]
+    source = StageTasks(stage)
+    worker = SimpleNamespace(study=study, handle=None)
+    c = census(study, key="task")
+    c.done = {t.key: None for t in stage.tasks()}
+    assert source.more(worker, c) is True
+    assert study.user_attrs[f"{A_ROUND}0"] == theirs and source.stage.rounds == [theirs]
     # round 0's tasks are not trained yet: a worker that looks now trains them instead of deciding round 1
     stage.decide = lambda *a: pytest.fail("decided a round while the last one was untrained")
-    assert worker.race(done) is True
+    assert source.more(worker, c) is True
 
 
 def test_run_resumes_after_kill_9_in_the_confirmation_it_started_after_the_search(tmp_path):
@@ -373,7 +376,7 @@ def test_two_workers_opening_a_new_stage_at_once_agree_on_one_definition(searche
     when its settings differ (the last writer no longer wins)."""
     import optuna
 
-    from normsearch.search._stages import open_stage, stage_study_name
+    from normsearch.stages import open_stage, stage_study_name
 
     parent = open_results(searched)
     name = stage_study_name(parent.recipe.name, "race-test")
@@ -408,7 +411,7 @@ def test_a_task_queued_twice_by_two_workers_is_trained_by_both_once(tmp_path):
     copy of a task another worker is training helps train that task's runs (it used to sleep until
     the first finished, leaving a core idle for the whole confirmation), and no run is trained twice."""
     from normsearch.recipe import ConfirmConfig
-    from normsearch.search._stages import StageSearch
+    from normsearch.stages import StageTasks
     from normsearch.stages.confirm import open_confirm
 
     recipe = write_tiny_recipe(tmp_path, "twice", steps=60, trials=0)
@@ -417,7 +420,7 @@ def test_a_task_queued_twice_by_two_workers_is_trained_by_both_once(tmp_path):
     folder = tmp_path / "results" / "twice"
     cfg = replace(ConfirmConfig(), top=0, seeds=4)
     handle, stage = open_confirm(open_results(folder), cfg)
-    for key in StageSearch(handle, stage).tasks():  # what two workers that open the stage at once may do
+    for key in StageTasks(stage).tasks():  # what two workers that open the stage at once may do
         for _ in range(2):
             handle.study.enqueue_trial({}, user_attrs={"task": key})
     p = _cli("confirm", folder, "--top", "0", "--seeds", "4", "--jobs", "2")

@@ -23,7 +23,7 @@ from normsearch.errors import NormsearchError
 from normsearch.recipe import LadderConfig, load_recipe
 from normsearch.search import open_results
 from normsearch.stages.ladder import plan_rungs
-from normsearch.search._stages import A_STAGE, find_stage
+from normsearch.stages import A_STAGE, find_stage
 
 from tiny import write_tiny_recipe
 
@@ -362,28 +362,22 @@ def test_the_learning_rate_transfers_under_mup_along_width_only_and_is_swept_oth
         lr_mode(std, LadderConfig(rungs=cfg.rungs, lr="transfer"))
 
 
-def test_an_empty_baseline_list_means_no_baselines_for_the_entries_and_the_workers(searched, monkeypatch):
+def test_an_empty_baseline_list_means_no_baselines_for_the_entries_and_the_workers(searched):
     """`baselines: []` (or --baselines '') is no baseline, not "the search's": the entries hold the
-    found placements alone, and the workers are told --baselines '' (they read an empty list)."""
-    from types import SimpleNamespace
+    found placements alone, and the workers get the job typed, with an empty list (not None)."""
+    import json
 
-    import normsearch.cli as cli
-    import normsearch.search._workers as workers
-    import normsearch.stages.ladder as ladder
+    from normsearch.jobs import Job
     from normsearch.stages.ladder import entries
 
     parent = open_results(searched)
     cfg = LadderConfig(rungs=[{"n_layers": 1}, {"n_layers": 2}, {"n_layers": 3}], top=1, baselines=[])
     found = entries(parent, cfg, "sweep")
     assert len(found) == 1 and found[0].baseline is None
-    seen = {}
-    monkeypatch.setattr(workers, "plan_workers", lambda *a, **k: [SimpleNamespace(name="w0"), SimpleNamespace(name="w1")])
-    monkeypatch.setattr(workers, "run_workers", lambda study, extra, *a, **k: seen.setdefault("extra", extra) and [0, 0])
-    monkeypatch.setattr(ladder, "open_rungs", lambda *a, **k: [])
-    monkeypatch.setattr(cli, "_workers_ended", lambda *a, **k: None)
-    cli._ladder_workers(str(searched), parent, cfg, 2, False)
-    extra = seen["extra"]
-    assert extra[extra.index("--baselines") + 1] == ""
+    job = Job("ladder", parent.recipe, parent.storage_url, parent.folder, parent.study.study_name, ladder=cfg)
+    back = Job.from_json(json.loads(json.dumps(job.with_threads(1).to_json())), storage=parent.storage_url)
+    assert back.ladder == cfg and back.ladder.baselines == []
+    assert back.recipe.train.threads == 1 and back.folder == parent.folder and back.kind == "ladder"
 
 
 def test_the_ladder_takes_its_top_from_the_confirmation_when_the_search_has_one(monkeypatch):
