@@ -1,4 +1,5 @@
-"""The README's first screen: its quickstart command runs (at a tiny size) as written."""
+"""The README's first screen: its quickstart command runs (at a tiny size) as written, and its test
+command is the one CI runs."""
 
 import re
 import shlex
@@ -14,9 +15,14 @@ TINY = ["--model.n_layers", "2", "--model.d_model", "32", "--model.n_heads", "2"
         "--train.eval_every", "3", "--train.seeds", "[0, 1]", "--search.trials", "1"]
 
 
+def first_screen_commands() -> list[str]:
+    """The last command of each of the README's first two bash blocks: the quickstart, the tests."""
+    blocks = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)[:2]
+    return [block.split("&&")[-1].strip() for block in blocks]
+
+
 def quickstart_command() -> list[str]:
-    block = re.search(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S).group(1)
-    command = block.split("&&")[-1].strip()
+    command = first_screen_commands()[0]
     assert command.startswith("normsearch run "), command
     return shlex.split(command)[1:]
 
@@ -31,3 +37,11 @@ def test_the_quickstart_command_runs_as_written(tmp_path, monkeypatch, one_threa
     name = args[args.index("--name") + 1]
     assert (tmp_path / name / "report.md").is_file() and (tmp_path / name / "study.db").is_file()
     assert {p: p.stat().st_mtime for p in committed} == committed  # the committed results are untouched
+
+
+def test_ci_runs_the_readme_test_command():
+    command = first_screen_commands()[1]
+    assert command == "python -m pytest -q", command
+    ci = (ROOT / ".ci" / "run").read_text()
+    between = re.search(r"# --- the README's test command -+\n(.*?)\n", ci).group(1)
+    assert between.strip() == command, between
