@@ -93,12 +93,21 @@ def check_new_file(path: Path, option: str):
         raise NormsearchError(f"{option} {path}: the folder {path.parent} does not exist")
 
 
-_SIGTERM = {"received": False}
+_SIGTERM = {"received": False, "again": False}
 
 
 def stop_on_sigterm():
     """SIGTERM (what Slurm, Kubernetes and ``timeout`` send) stops like Ctrl-C: the running trial is
-    marked for a rerun, finished trials are kept. A second SIGTERM ends the process at once."""
+    marked for a rerun, finished trials are kept. A second SIGTERM ends the process at once.
+
+    Python runs the handler wherever the main thread is, and the :class:`~normsearch.errors.Terminated`
+    it raises must reach the code that stops the study. Two places would lose it:
+
+    - a weakref callback or a ``__del__`` (Lightning's setup runs many): Python prints "Exception
+      ignored in ..." and carries on, and the run went on to its end with exit code 0. A Terminated
+      swallowed there comes back at once, in the code the callback interrupted (:func:`_raise_again`);
+    - an import (torch's import calls Python from C++, where an exception aborts the process): the
+      Terminated waits until the import has finished."""
     import signal
     import threading
 
@@ -106,13 +115,76 @@ def stop_on_sigterm():
         return  # signal handlers belong to the main thread (CliRunner in a thread, say)
 
     def handler(signum, frame):
+        import sys
+
+        again, _SIGTERM["again"] = _SIGTERM["again"], False
+        if _SIGTERM["received"] and not again:  # a second SIGTERM (the first is still on its way)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+            return
         _SIGTERM["received"] = True
+        if _unsafe(frame):
+            _when_safe(threading.get_ident())
+            return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if not getattr(sys.unraisablehook, "_normsearch", False):
+            sys.unraisablehook = functools.partial(_raise_again, handler, sys.unraisablehook)
+            sys.unraisablehook._normsearch = True
         from .errors import Terminated
 
         raise Terminated
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def _raise_again(handler, previous, unraisable) -> None:
+    """``sys.unraisablehook`` once a SIGTERM has come: a Terminated that a callback swallowed comes back
+    as the same signal once the main thread has left this hook (a signal handled in the hook would be
+    swallowed too), so that it is raised in the code the callback interrupted; should that be another
+    callback, this starts over. Anything else goes to the hook before."""
+    import signal
+    import threading
+
+    from .errors import Terminated
+
+    if not (isinstance(unraisable.exc_value, Terminated) and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, handler)):
+        previous(unraisable)
+        return
+    signal.signal(signal.SIGTERM, handler)  # the handler set SIG_DFL for a second signal: this is the first
+    _when_safe(threading.get_ident())
+
+
+def _unsafe(frame) -> bool:
+    """Whether an exception raised in ``frame`` could be lost: it runs inside an import, or inside
+    :func:`_raise_again`."""
+    while frame is not None:
+        code = frame.f_code
+        if code is _raise_again.__code__ or code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _when_safe(main: int, patience: float = 60.0) -> None:
+    """Call SIGTERM's handler again in the main thread once it is out of what :func:`_unsafe` names
+    (after ``patience`` seconds in any case), from a thread of its own. ``_thread.interrupt_main`` does
+    nothing when SIGTERM is no longer handled."""
+    import threading
+
+    def wait():
+        import _thread
+        import signal
+        import sys
+        import time
+
+        deadline = time.monotonic() + patience
+        while _unsafe(sys._current_frames().get(main)) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        _SIGTERM["again"] = True
+        _thread.interrupt_main(signal.SIGTERM)
+
+    threading.Thread(target=wait, name="normsearch-sigterm", daemon=True).start()
 
 
 def interrupted_code() -> int:
