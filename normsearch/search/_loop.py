@@ -72,6 +72,9 @@ class Search:
     # -- the loop ----------------------------------------------------------------------------------
 
     def run(self):
+        from .. import train  # noqa: F401  torch and Lightning before any trial is marked running: a SIGTERM
+        # that comes during an import waits for it (normsearch.cli_support), which must not hold a trial
+
         with Registered():
             self._run()
 
