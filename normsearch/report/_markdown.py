@@ -157,7 +157,8 @@ def _table(ranking: Ranking) -> list[str]:
     used = [a for s, a in SITE_ABBREV.items() if a in tags and a != s]
     names = {v: k for k, v in SITE_ABBREV.items()}
     lines += ["", "How to read it:", "",
-              "- **label**: a baseline's name, or `t<N>` for the placement found by trial N of the search.",
+              "- **label**: a baseline's name, or `t<N>` for a placement the search found: its proposal number after "
+              "the baselines (under `search.reproducible`), else its trial number.",
               "- **sites**: where the norms are, per block then after `|` the model-level ones, and the norm kind in "
               "brackets; `L0: ...; L1-3: ...` when layers differ, `F` after q/k/v: normalised over the full width "
               "instead of per head. "
