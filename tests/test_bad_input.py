@@ -309,6 +309,8 @@ case("train-no-placement", "train", "good.yaml", msg="--placement")
 
 # -- run's own options -------------------------------------------------------------------------------
 case("run-devices-text", "run", "good.yaml", "--devices", "a,b", msg="--devices")
+case("run-in-flight-zero", "run", "good.yaml", "--search.in_flight", "0", msg="search.in_flight must be >= 1")
+case("run-reproducible-text", "run", "good.yaml", "--search.reproducible", "maybe", msg="must be true/false")
 case("run-devices-empty", "run", "good.yaml", "--devices", ",", msg="--devices")
 case("validate-storage-env", "validate", "good.yaml", "--storage", "env:NORMSEARCH_TEST_UNSET",
      msg="NORMSEARCH_TEST_UNSET")
