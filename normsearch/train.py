@@ -301,17 +301,19 @@ def _score_on_test(result: RunResult, net, tokens: Tokens, model: ModelConfig, d
 
 
 def _fit(trainer, module, loader) -> None:
-    """``trainer.fit``, except that Ctrl-C stays a KeyboardInterrupt: Lightning catches it, ignores
-    SIGINT from then on and exits the process with code 1, which would leave the study no chance to
-    mark the trial for a rerun."""
+    """``trainer.fit``, except that Ctrl-C stays a KeyboardInterrupt (and a SIGTERM its Terminated):
+    Lightning catches it, ignores SIGINT from then on and exits the process with code 1, which would
+    leave the study no chance to mark the trial for a rerun."""
     handler = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, train_dataloaders=loader)
-    except SystemExit:
+    except SystemExit as e:
         if not trainer.interrupted:
             raise
         signal.signal(signal.SIGINT, handler)
-        raise KeyboardInterrupt from None
+        # the interrupt Lightning caught (its exit(1) is raised while handling it): a SIGTERM stays a SIGTERM
+        caught = e.__context__
+        raise (caught if isinstance(caught, KeyboardInterrupt) else KeyboardInterrupt()) from None
 
 
 def _strategy(train: TrainConfig):
