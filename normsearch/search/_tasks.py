@@ -39,8 +39,6 @@ class TaskSource:
 
     #: the user attribute that keys a trial's task (and the census)
     key_attr: str = A_ARCH
-    #: the name shown on the progress line
-    title: str = ""
 
     def prepare(self, search) -> None:
         """Before the loop: queue what is known to be needed."""
