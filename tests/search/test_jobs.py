@@ -45,7 +45,8 @@ def _trained_per_arch(study):
 def test_two_jobs_give_the_results_of_one_and_share_the_runs_of_one_architecture(tmp_path):
     """One architecture, three seeds: the second worker has no architecture of its own and trains
     runs of the first's; every number equals what one worker produces."""
-    recipe = write_tiny_recipe(tmp_path, "jobs", steps=10, trials=0)  # --jobs overrides its search.jobs: 1
+    # runs long enough (60 steps) that the second worker is up before the first has trained all three
+    recipe = write_tiny_recipe(tmp_path, "jobs", steps=60, trials=0)  # --jobs overrides its search.jobs: 1
     procs = {n: _cli("run", recipe, "--jobs", str(n), "--name", f"jobs{n}", *ONE_ARCH) for n in (1, 2)}
     for p in procs.values():
         out, err = p.communicate(timeout=300)

@@ -301,8 +301,9 @@ def test_database_restarts_mid_run_workers_carry_on(tmp_path, workers):
     time.sleep(7)  # longer than grace: every heartbeat is 7 s old when the database comes back
     pg("up")
     handle = open_results(tmp_path / "results" / name, storage=PG_URL)
-    wait_for(lambda: len(census(handle.study).done) >= 2 and running_with_a_finished_run(name), what="a later trial",
-             procs=two)
+    # a later trial in training (its runs may be shared by both workers, so none need have finished yet)
+    wait_for(lambda: len(census(handle.study).done) >= 2 and running_with_a_finished_run(name, key="arch_id"),
+             what="a later trial", procs=two)
     pg("restart")
     for w in two:
         assert w.wait() == 0, w.stderr
