@@ -106,9 +106,7 @@ class Job:
     # -- typed round trip --------------------------------------------------------------------------
 
     def with_threads(self, threads: int | None) -> "Job":
-        if threads is None:
-            return self
-        return replace(self, recipe=replace(self.recipe, train=replace(self.recipe.train, threads=threads)))
+        return replace(self, recipe=_threads(self.recipe, threads))
 
     def to_json(self) -> dict:
         from .config import to_mapping
@@ -134,10 +132,14 @@ class Job:
         return job.with_threads(d.get("threads"))
 
 
+def _threads(recipe, threads: int | None):
+    """``recipe`` with ``train.threads`` set (unchanged when ``threads`` is None)."""
+    return recipe if threads is None else replace(recipe, train=replace(recipe.train, threads=threads))
+
+
 def with_threads(handle, threads: int | None):
     """A study's handle with ``train.threads`` set (a stage command's --train.threads)."""
-    if threads is not None:
-        handle.recipe = replace(handle.recipe, train=replace(handle.recipe.train, threads=threads))
+    handle.recipe = _threads(handle.recipe, threads)
     return handle
 
 

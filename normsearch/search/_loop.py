@@ -27,8 +27,8 @@ from typing import Any
 
 from .. import storage as _storage
 from ..errors import NormsearchError, Terminated
-from ..records import (A_ARCH, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_WORKER, ArchRecord, RunResult,
-                       run_key)
+from ..records import (A_ARCH, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_PROPOSAL, A_WORKER, ArchRecord,
+                       RunResult, run_key)
 from ..scoring import score_runs
 from ..spec import Placement
 from ..storage import retry
@@ -170,7 +170,7 @@ class Search:
             return self.release(trial, "no task")
         record = ArchRecord(arch_id=task.arch_id, label=task.label, baseline=task.baseline,
                             placement=task.placement.to_dict(), sites=task.placement.resolve(L).describe(),
-                            trial_number=trial.number, proposal=task.attrs.get("proposal"))
+                            trial_number=trial.number, proposal=task.attrs.get(A_PROPOSAL))
         set_attrs(self.study, tid, {**record.identity_attrs(), A_WORKER: self.worker, **task.attrs})
 
         # A task is trained once: reuse a finished one; while an earlier trial trains it, help train

@@ -44,6 +44,7 @@ class Slots:
     baselines: dict
     proposals: dict
     number_of: dict  # trial number -> proposal k
+    next_k: int  # the number the next fresh proposal gets (the fresh proposals so far)
 
     @classmethod
     def read(cls, trials) -> "Slots":
@@ -69,12 +70,7 @@ class Slots:
                 continue
             number_of[t.number] = int(j)
             proposals.setdefault(int(j), []).append(t)
-        return cls(baselines, proposals, number_of)
-
-    @property
-    def next_k(self) -> int:
-        """The number the next fresh proposal gets."""
-        return sum(1 for ts in self.proposals.values() for t in ts if _kind(t) == "proposal")
+        return cls(baselines, proposals, number_of, k)
 
     @staticmethod
     def outcome(trials: list):
