@@ -7,6 +7,7 @@ from a file); values are checked against the field's type and choices. Torch-fre
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -126,6 +127,54 @@ def _check(cond: bool, msg: str):
         raise NormsearchError(msg)
 
 
+#: model.init's values (one word each: a grid variant's tag is ``init-<name>``), and each one's rule:
+#: d is d_model, L n_layers, fan_in a matrix's input width; W_o, W_down: the residual projections
+#: (attn.out, ffn.down); "(scaled)": unless the placement's residual has scaled_init off. Norm
+#: parameters and branch gains keep their own initial values; DeepNorm's beta multiplies afterwards.
+#: Which baseline uses which, and where it was read: normsearch.baselines (Baseline.init).
+InitName = Literal["gpt", "small", "normal", "truncnormal", "smallmegatron", "fairseq", "mixln"]
+INITS: dict[str, str] = {
+    "gpt": "N(0, init_std) everywhere; W_o, W_down / sqrt(2L) (scaled)",
+    "small": "N(0, sqrt(2/(5d))) everywhere (Nguyen & Salazar 2019)",
+    "normal": "N(0, init_std) everywhere, no depth scaling",
+    "truncnormal": "N(0, init_std) truncated at 3 std everywhere, no depth scaling",
+    "smallmegatron": "N(0, s) truncated at 3 std, s = sqrt(2/(5d)); W_o, W_down s / sqrt(2L) (scaled); an "
+                     "untied head N(0, 1/sqrt(d)), truncated",
+    "fairseq": "embeddings and an untied head N(0, 1/sqrt(d)); uniform with std 1/sqrt(2d) for q, k, v, "
+               "1/sqrt(d) for W_o, 1/sqrt(3 fan_in) for the FFN and gate matrices (torch's nn.Linear default)",
+    "mixln": "embeddings N(0, sqrt(2/5)); every matrix N(0, init_std), no depth scaling",
+}
+
+
+def init_std(init: str, kind: str, fan_in: float, d: float, n_layers: int, std0: float,
+             scaled: bool = True) -> tuple[str, float]:
+    """(distribution, std) of one tensor under init rule ``init`` (:data:`INITS`): ``normal``,
+    ``trunc`` (truncated at 3 std) or ``uniform``. ``kind``: ``embed``, ``head``, ``qkv``, ``out``,
+    ``down`` or ``matrix`` (any other: FFN up and gate, the attention gate); ``fan_in`` its input
+    width, ``d`` the model width (both at the base width under mup), ``std0`` model.init_std,
+    ``scaled`` the residual's scaled_init. The model and the standalone export both follow it."""
+    depth = math.sqrt(2 * n_layers) if scaled and kind in ("out", "down") else 1.0
+    if init == "gpt":
+        return "normal", (std0 / math.sqrt(2 * n_layers) if depth != 1.0 else std0)
+    if init == "small":
+        return "normal", math.sqrt(2.0 / (5.0 * d))
+    if init == "normal":
+        return "normal", std0
+    if init == "truncnormal":
+        return "trunc", std0
+    if init == "mixln":
+        return "normal", (math.sqrt(2.0 / 5.0) if kind == "embed" else std0)
+    if init == "smallmegatron":
+        return "trunc", (1.0 / math.sqrt(d) if kind == "head" else math.sqrt(2.0 / (5.0 * d)) / depth)
+    if init == "fairseq":
+        if kind in ("embed", "head"):
+            return "normal", 1.0 / math.sqrt(d)
+        if kind in ("qkv", "out"):
+            return "uniform", 1.0 / math.sqrt(2.0 * d if kind == "qkv" else d)
+        return "uniform", 1.0 / math.sqrt(3.0 * fan_in)
+    raise NormsearchError(unknown("model.init", init, INITS))
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only language model; the placement decides where its norms go."""
@@ -143,8 +192,8 @@ class ModelConfig:
     # learning rate we tried (results/repro), which would make it an unfair baseline
     tie_embeddings: bool = False
     dropout: float = 0.0
-    init: Literal["gpt", "small"] = "gpt"  # gpt: N(0, 0.02), residual projections / sqrt(2L); small: N(0, 2/(5d))
-    init_std: float = 0.02
+    init: InitName = "gpt"  # the rule for every matrix and embedding: INITS below (gpt: GPT-2's)
+    init_std: float = 0.02  # the std of gpt, normal, truncnormal and mixln
     # standard: the init above, one learning rate. mup: Maximal Update Parametrization for Adam
     # (normsearch.parametrization; docs/parametrization.md): equal to standard at d_model ==
     # mup_base_width, and the best learning rate found there carries to wider models

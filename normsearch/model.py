@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
+from .config import ModelConfig, init_std
 from .kernels import get_kernel, resolve_backend
 from .norms import NORM_KINDS
 from . import parametrization as P
@@ -132,6 +132,23 @@ BETA_SCALED = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.
 def is_residual_gain(name: str) -> bool:
     """Whether the parameter ``name`` is a branch gain of :class:`Residual` (kept at its init)."""
     return ".residual." in f".{name}"
+
+
+def init_kind(name: str) -> str:
+    """A parameter's kind in normsearch.config.init_std: embed, head, qkv, out, down or matrix."""
+    kinds = {"wte.weight": "embed", "wpe.weight": "embed", "lm_head.weight": "head", "attn.qkv.weight": "qkv",
+             "attn.out.weight": "out", "ffn.down.weight": "down"}
+    return next((k for suffix, k in kinds.items() if name == suffix or name.endswith("." + suffix)), "matrix")
+
+
+def fill_init(p: Tensor, dist: str, std: float):
+    """Fill ``p`` in place: N(0, std), that truncated at 3 std (``trunc``) or uniform with that std."""
+    if dist == "trunc":
+        nn.init.trunc_normal_(p, 0.0, std, -3.0 * std, 3.0 * std)
+    elif dist == "uniform":
+        nn.init.uniform_(p, -math.sqrt(3.0) * std, math.sqrt(3.0) * std)
+    else:
+        nn.init.normal_(p, 0.0, std)
 
 
 def add_norm(x: Tensor, h: Tensor, post: nn.Module, nxt: nn.Module = IDENTITY) -> tuple[Tensor, Tensor]:
@@ -275,26 +292,22 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """N(0, std); the residual projections N(0, std / sqrt(2 n_layers)) under init gpt unless
-        the residual's scaled_init is off; then the value projection, W_o and the FFN's weights
-        times the residual's beta (DeepNorm). Norms and branch gains keep their initial values.
-        Under mup, ``small``'s std is the one at the base width and each std is times its role's
-        factor (normsearch.parametrization)."""
+        """Every matrix and embedding by the rule of ``model.init`` (normsearch.config.INITS: gpt is
+        N(0, std) with W_o, W_down N(0, std / sqrt(2 n_layers)) unless the residual's scaled_init is
+        off); then the value projection, W_o and the FFN's weights times the residual's beta
+        (DeepNorm). Norms and branch gains keep their initial values. Under mup every width in a rule
+        (d, a fan-in) is the base width's and each std is times its role's factor
+        (normsearch.parametrization)."""
         cfg, res = self.config, self.resolved.residual
         m = cfg.width_mult
         width = cfg.d_model if cfg.parametrization == "standard" else cfg.mup_base_width
-        std = cfg.init_std if cfg.init == "gpt" else math.sqrt(2.0 / (5.0 * width))
-        scaled = cfg.init == "gpt" and res["scaled_init"]
-        resid_std = std / math.sqrt(2 * cfg.n_layers) if scaled else std
         beta, C = res["beta"], cfg.d_model
         for name, p in self.named_parameters():
             if is_norm_parameter(name) or is_residual_gain(name):
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
-            factor = P.init_mult(self.param_role(name, p), m)
-            if name.endswith(("attn.out.weight", "ffn.down.weight")):
-                nn.init.normal_(p, 0.0, resid_std * factor)
-            else:
-                nn.init.normal_(p, 0.0, std * factor)
+            dist, std = init_std(cfg.init, init_kind(name), p.shape[-1] / m, width, cfg.n_layers, cfg.init_std,
+                                 res["scaled_init"])
+            fill_init(p, dist, std * P.init_mult(self.param_role(name, p), m))
             if beta != 1.0 and name.endswith(BETA_SCALED):
                 p.data.mul_(beta)
             elif beta != 1.0 and name.endswith("attn.qkv.weight"):

@@ -358,3 +358,71 @@ def test_deepnorm_and_lns_initialisation():
     pre, lns_w = weights("pre_ln"), weights("lns")
     torch.testing.assert_close(lns_w["blocks.0.attn.out.weight"], pre["blocks.0.attn.out.weight"] / scaled)
     torch.testing.assert_close(lns_w["blocks.0.attn.qkv.weight"], pre["blocks.0.attn.qkv.weight"])
+
+
+# -- the paper inits -------------------------------------------------------------------------------
+
+def test_every_baseline_names_a_paper_init_that_the_model_accepts():
+    import typing
+
+    from normsearch.baselines import paper_init
+
+    inits = typing.get_args(typing.get_type_hints(ModelConfig)["init"])
+    for name, b in BASELINES.items():
+        assert b.init in inits, name
+        assert b.init_source, name  # where it was read, or why it is the fallback
+        assert paper_init(name) == b.init
+        cfg = ModelConfig.from_dict({**CFG.to_dict(), "init": b.init})
+        out = build_model(baselines()[name], cfg)(torch.zeros(1, 4, dtype=torch.long))
+        assert torch.isfinite(out).all(), name
+        if b.alias_of:
+            assert b.init == BASELINES[b.alias_of].init
+    # a found placement (or no architecture) has no paper init
+    assert paper_init(None) is None and paper_init("t4") is None and paper_init("") is None
+    # one word each: a grid variant's tag is init-<name>, split on "_" and "-"
+    assert all(name.isalnum() for name in inits)
+    assert {b.init for b in BASELINES.values()} >= {"gpt", "fairseq", "truncnormal", "smallmegatron", "normal", "mixln"}
+
+
+def test_paper_inits_read_from_the_authors_code():
+    """The ones found (see the sources): OLMo 2 truncated normal, HybridNorm OLMo's full_megatron with
+    the small std, Mix-LN's wide embeddings, LNS / DyT / gated attention plain N(0, 0.02), the
+    fairseq-family Post-LN, NormFormer and DeepNet; the rest fall back to gpt and say so."""
+    want = {"post_ln": "fairseq", "pre_ln": "gpt", "peri_ln": "gpt", "olmo2": "truncnormal", "qk_pre_ln": "gpt",
+            "hybridnorm": "smallmegatron", "hybridnorm_star": "smallmegatron", "mix_ln": "mixln",
+            "normformer": "fairseq", "dyt": "normal", "sandwich": "gpt", "gemma3": "gpt", "lns": "normal",
+            "deepnorm": "fairseq", "gated_pre_ln": "normal"}
+    assert {n: b.init for n, b in BASELINES.items()} == want
+    for name in ("qk_pre_ln", "gemma3"):
+        assert "not found" in BASELINES[name].init_source and "fallback gpt" in BASELINES[name].init_source
+
+
+def test_deepnorm_paper_init_is_torchscale(one_thread):
+    """fairseq's uniform inits, then v, W_o and the FFN's weights times beta = (8N)^(-1/4)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.from_dict({**CFG.to_dict(), "d_model": 96, "n_heads": 4, "init": "fairseq"})
+    model = build_model("deepnorm", cfg)
+    C, beta = 96, (8 * L) ** -0.25
+    w = model.blocks[1].attn.qkv.weight
+    assert w[:2 * C].abs().max().item() <= math.sqrt(3 / (2 * C)) + 1e-7
+    assert w[2 * C:].abs().max().item() <= beta * math.sqrt(3 / (2 * C)) + 1e-7
+    assert w[2 * C:].abs().max().item() > 0.95 * beta * math.sqrt(3 / (2 * C))
+    assert model.blocks[1].ffn.down.weight.abs().max().item() <= beta / math.sqrt(cfg.ffn_dim) + 1e-7
+
+
+def test_the_baselines_command_shows_each_paper_init_and_its_source():
+    import json
+
+    from typer.testing import CliRunner
+
+    from normsearch.cli import app
+
+    r = CliRunner().invoke(app, ["baselines"])
+    assert r.exit_code == 0, r.output
+    assert "paper init smallmegatron: BryceZhuo/HybridNorm" in r.output
+    assert "paper init truncnormal: allenai/OLMo" in r.output
+    assert "smallmegatron: N(0, s) truncated at 3 std, s = sqrt(2/(5d))" in r.output  # the legend of the rules
+    r = CliRunner().invoke(app, ["baselines", "--json"])
+    rows = {row["name"]: row for row in json.loads(r.output)}
+    assert rows["mix_ln"]["init"] == "mixln" and "pixeli99/MixLN" in rows["mix_ln"]["init_source"]
+    assert all(row["init"] == BASELINES[n].init and row["init_source"] for n, row in rows.items())

@@ -264,23 +264,22 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """N(0, init_std), the residual projections N(0, init_std / sqrt(2 n_layers)) (init
-        gpt, unless the residual's scaled_init is off) or all N(0, sqrt(2 / (5 d_model))) (init
-        small); then the value projection, W_o and the FFN's weights times the residual's beta.
-        Norms and branch gains keep their initial values."""
+        """Every matrix and embedding by the rule of config.json's ``init`` (init_std below; gpt:
+        N(0, init_std), W_o and W_down N(0, init_std / sqrt(2 n_layers)) unless the residual's
+        scaled_init is off); then the value projection, W_o and the FFN's weights times the
+        residual's beta. Norms and branch gains keep their initial values."""
         c = self.config
         res = c.get("residual") or PLAIN
-        gpt = c["init"] == "gpt"
-        std = c["init_std"] if gpt else math.sqrt(2.0 / (5.0 * c["d_model"]))
-        scaled = gpt and res["scaled_init"]
-        resid_std = std / math.sqrt(2 * c["n_layers"]) if scaled else std
         beta, C = res["beta"], c["d_model"]
         branch = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")
         for name, p in self.named_parameters():
             if ".norms." in f".{name}" or ".residual." in f".{name}":
                 continue  # norm gains start at 1, biases at 0, DyT alpha at its init
-            if name.endswith(("attn.out.weight", "ffn.down.weight")):
-                nn.init.normal_(p, 0.0, resid_std)
+            dist, std = init_std(c, name, p.shape[-1], res["scaled_init"])
+            if dist == "trunc":
+                nn.init.trunc_normal_(p, 0.0, std, -3.0 * std, 3.0 * std)
+            elif dist == "uniform":
+                nn.init.uniform_(p, -math.sqrt(3.0) * std, math.sqrt(3.0) * std)
             else:
                 nn.init.normal_(p, 0.0, std)
             if beta != 1.0 and name.endswith(branch):
@@ -308,6 +307,40 @@ class Transformer(nn.Module):
         logits = self.lm_head(self.norms.final(x))  # [final]
         m = width_mult(c)
         return logits if m == 1.0 else logits * (1.0 / m)  # muP's output multiplier
+
+
+def init_std(c: dict, name: str, fan_in: int, scaled: bool) -> tuple[str, float]:
+    """(distribution, std) of parameter ``name`` under config.json's ``init``: ``normal``,
+    ``trunc`` (truncated at 3 std) or ``uniform`` with that std; d is d_model, L n_layers. gpt:
+    N(0, init_std), W_o and W_down / sqrt(2L) (scaled); small: N(0, sqrt(2/(5d))); normal:
+    N(0, init_std); truncnormal: that, trunc; mixln: embeddings N(0, sqrt(2/5)), the rest
+    N(0, init_std); smallmegatron: trunc N(0, s), s = sqrt(2/(5d)), W_o and W_down s / sqrt(2L)
+    (scaled), an untied head 1/sqrt(d); fairseq: embeddings and head N(0, 1/sqrt(d)), q, k, v
+    U(1/sqrt(2d)), W_o U(1/sqrt(d)), other matrices U(1/sqrt(3 fan_in)). The init is normsearch's
+    at mup_base_width == d_model (its mup factors are left out)."""
+    init, d, std0, L = c["init"], c["d_model"], c["init_std"], c["n_layers"]
+    kinds = {"wte.weight": "embed", "wpe.weight": "embed", "lm_head.weight": "head",
+             "attn.qkv.weight": "qkv", "attn.out.weight": "out", "ffn.down.weight": "down"}
+    kind = next((k for s, k in kinds.items() if name == s or name.endswith("." + s)), "matrix")
+    depth = math.sqrt(2 * L) if scaled and kind in ("out", "down") else 1.0
+    if init == "gpt":
+        return "normal", (std0 / math.sqrt(2 * L) if depth != 1.0 else std0)
+    if init == "small":
+        return "normal", math.sqrt(2.0 / (5.0 * d))
+    if init in ("normal", "truncnormal"):
+        return ("normal" if init == "normal" else "trunc"), std0
+    if init == "mixln":
+        return "normal", (math.sqrt(2.0 / 5.0) if kind == "embed" else std0)
+    if init == "smallmegatron":
+        small = math.sqrt(2.0 / (5.0 * d)) / depth
+        return "trunc", (1.0 / math.sqrt(d) if kind == "head" else small)
+    if init == "fairseq":
+        if kind in ("embed", "head"):
+            return "normal", 1.0 / math.sqrt(d)
+        if kind in ("qkv", "out"):
+            return "uniform", 1.0 / math.sqrt(2.0 * d if kind == "qkv" else d)
+        return "uniform", 1.0 / math.sqrt(3.0 * fan_in)
+    raise ValueError(f"unknown init {init!r}")
 
 
 def width_mult(c: dict) -> float:

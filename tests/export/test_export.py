@@ -84,6 +84,18 @@ def _cases():
     cases["olmo2-untied-dropout"] = (baselines()["olmo2"], cfg(tie_embeddings=False, dropout=0.1))
     cases["hybridnorm-wpe-small-init"] = (baselines()["hybridnorm"], cfg(rope=False, init="small"))
     cases["no-norms-at-all"] = (Placement(), cfg(n_layers=2))
+    # the paper inits (issue 25): each rule, with an untied head, learned positions, both gates, swiglu,
+    # the residual's scaled_init off (lns) and DeepNorm's beta on top of fairseq's uniform inits
+    cases["olmo2-truncnormal-untied"] = (baselines()["olmo2"], cfg(init="truncnormal", tie_embeddings=False))
+    cases["hybridnorm-smallmegatron-untied-wpe"] = (baselines()["hybridnorm"],
+                                                    cfg(init="smallmegatron", tie_embeddings=False, rope=False))
+    cases["lns-smallmegatron-no-scaled-init"] = (baselines()["lns"], cfg(init="smallmegatron"))
+    cases["deepnorm-fairseq-swiglu-untied"] = (baselines()["deepnorm"],
+                                               cfg(init="fairseq", ffn="swiglu", tie_embeddings=False))
+    cases["gated-normal-swiglu"] = (baselines()["gated_pre_ln"], cfg(init="normal", ffn="swiglu"))
+    cases["mixln-wpe-untied"] = (baselines()["mix_ln"], cfg(init="mixln", rope=False, tie_embeddings=False))
+    cases["head-gate-fairseq"] = (Placement.from_dict({"block": {"attn_in": "rmsnorm"}, "gate": "head"}),
+                                  cfg(init="fairseq"))
     # the 2026 kinds (per head too), depth-scaled norms, every residual option, both gates, swiglu
     cases["modern-kinds-layerscale-head-gate"] = (Placement.from_dict({
         "embed": "ssnorm",
