@@ -8,7 +8,7 @@ costs nothing until a name is used (and ``normsearch --help`` never loads torch)
     baselines                the named placements from the papers
     load_recipe, run_study   recipes and Optuna studies
     train_run, RunResult     one training run (a seed at a learning rate) and what it produced
-    rank                     ranking with confidence intervals and paired tests
+    rank                     ranking with confidence intervals and Welch tests
     export, load_exported    standalone PyTorch modules of found architectures
 """
 

@@ -20,6 +20,9 @@ def _search(recipe) -> str | None:
     if recipe.space is None and recipe.search.trials > 0:
         return (f"the recipe has no `space` but search.trials is {recipe.search.trials}; add a space "
                 f"(e.g. space: quick.yaml) or set search.trials: 0")
+    if recipe.space is None and recipe.search.control > 0:
+        return (f"the recipe has no `space` but search.control is {recipe.search.control}: control proposals are "
+                f"uniform draws from the space; add a space or set search.control: 0")
     return None
 
 
@@ -140,6 +143,10 @@ def ensure_runnable(recipe, storage: str | None = None, tokens=None, only=None) 
         raise NormsearchError(problems[0] + more)
 
 
+def _grid_text(grid: dict) -> str:
+    return "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in grid.items())
+
+
 def recipe_summary(r, source, storage: str | None, url: str) -> str:
     """What ``normsearch validate`` prints for a valid recipe: the model, data, budget, space, baselines,
     search (with how its proposals are made) and the runs it plans; ``url`` is the storage URL (its
@@ -154,7 +161,11 @@ def recipe_summary(r, source, storage: str | None, url: str) -> str:
              f"context {r.model.context_length}, {r.model.ffn}",
              f"  data: {r.data.corpus}" + (f" {r.data.path}" if r.data.path else "") + f", {r.data.tokenizer} tokens",
              f"  budget per run: {t.steps} steps x {t.batch_size} x {r.model.context_length} tokens; "
-             f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s) = {len(t.runs)} runs per architecture"]
+             f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s)"
+             + (f" x {t.n_variants} variant(s) of train.grid ({_grid_text(t.grid)}; a found placement has no paper "
+                f"init)" if t.grid else "")
+             + f" = {len(t.runs)} runs per found architecture"
+             + (f", refined around each one's chosen cell to {t.lr_resolution:g} decades" if t.lr_resolution else "")]
     if r.space is not None:
         params = ", ".join(f"{k} ({len(v)})" for k, v in r.space.distributions().items())
         lines.append(f"  space: {r.space.source or 'inline'}: {r.space.size():,} points; choices: {params}")
@@ -167,10 +178,11 @@ def recipe_summary(r, source, storage: str | None, url: str) -> str:
         base.append(f"{b}{'' if inside else ' (outside the space)'}")
     lines.append(f"  baselines ({len(base)}): {', '.join(base)}")
     s = r.search
-    n = len(s.baselines) + s.trials
+    n = len(s.baselines) + s.trials + s.control
     rule = (f"reproducible, {s.in_flight} in flight" if s.reproducible
             else "as the workers ask (not reproducible with more than one worker)")
-    lines.append(f"  search: {s.sampler} sampler ({rule}), {s.trials} searched architectures, "
+    controls = f" and {s.control} control proposals (uniform draws)" if s.control else ""
+    lines.append(f"  search: {s.sampler} sampler ({rule}), {s.trials} searched architectures{controls}, "
                  f"pruner {s.pruner}, objective {s.objective}; at most {n * len(t.runs)} runs"
                  + (f" and {n * t.lr_extend * len(t.seeds)} more where the sweep extends past an end"
                     if t.lr_extend else ""))
@@ -178,8 +190,11 @@ def recipe_summary(r, source, storage: str | None, url: str) -> str:
         c = r.confirm
         k = c.top + len(c.baselines if c.baselines is not None else s.baselines)
         race = f", racing up to {s.racing.budget} more" if s.racing else ""
-        lines.append(f"  then confirm: the top {c.top} and the baselines on {c.seeds} fresh seeds from {c.first_seed}, "
-                     f"scored on a {c.test_bytes:,}-byte test split; {k * c.seeds} runs{race}")
+        n = (f"as many fresh seeds as give {', '.join(c.primary)} power {c.power:g} ({c.min_seeds} to {c.max_seeds})"
+             if c.seeds == "auto" else f"{c.seeds} fresh seeds")
+        runs = f"{k * c.min_seeds} to {k * c.max_seeds}" if c.seeds == "auto" else f"{k * c.seeds}"
+        lines.append(f"  then confirm: the top {c.top} and the baselines on {n} from {c.first_seed}, "
+                     f"scored on a {c.test_bytes:,}-byte test split; {runs} runs{race}")
     where = storage or r.storage
     lines.append(f"  storage: {where + ' = ' if where and where.startswith('env:') else ''}{mask_url(url)}")
     return "\n".join(lines)

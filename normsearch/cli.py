@@ -186,8 +186,9 @@ STAGE_OPTIONS = (
                                   "search.")),
     ("top", Optional[int], typer.Option(None, "--top", help="Found placements, best first (default: the recipe's "
                                         "confirm: or ladder: section, else 3 to confirm, 2 for a ladder).")),
-    ("seeds", Optional[int], typer.Option(None, "--seeds", help="Fresh seeds per architecture (and rung) (default: "
-                                          "the recipe's section, else 3 to confirm, 2 for a ladder).")),
+    ("seeds", Optional[str], typer.Option(None, "--seeds", help="Fresh seeds per architecture (and rung) (default: "
+                                          "the recipe's section, else 3 to confirm, 2 for a ladder); to confirm, "
+                                          "also auto: as many as the primary contrasts need for confirm.power.")),
     ("baselines", Optional[str], typer.Option(None, "--baselines", help="Baselines beside them, comma-separated "
                                               "(default: the search's).")),
     ("first_seed", Optional[int], typer.Option(None, "--first-seed", help="The first fresh seed (default 1000 to "
@@ -206,7 +207,10 @@ STAGE_OPTIONS = (
 def confirm(
     racing: Optional[int] = typer.Option(None, help="Race: add up to this many runs, one seed at a time, to the "
                                          "architectures whose rank interval reaches the leader's (default: "
-                                         "search.racing)."),
+                                         "search.racing); its verdicts are exploratory."),
+    primary: Optional[str] = typer.Option(None, "--primary", help="The declared contrasts, 'A vs B', comma-separated "
+                                          "(labels, baselines, first, best_baseline; default: confirm.primary, else "
+                                          "'first vs best_baseline')."),
     **shared,
 ):
     """Confirm a finished search: retrain its top placements and the baselines on fresh seeds, each at
@@ -219,7 +223,10 @@ def confirm(
 
     at_least(0, racing=racing)
     parent = _stage_parent(**shared)
-    cfg = replace(parent.recipe.confirm or ConfirmConfig(), **_stage_settings(shared))
+    settings = _stage_settings(shared, auto=True)
+    if primary is not None:
+        settings["primary"] = [c.strip() for c in primary.split(",") if c.strip()]
+    cfg = replace(parent.recipe.confirm or ConfirmConfig(), **settings)
     race = parent.recipe.search.racing
     if racing is not None:
         race = replace(race or RacingConfig(), budget=racing) if racing > 0 else None
@@ -227,9 +234,20 @@ def confirm(
     _print_report(parent, parent.folder)
 
 
-def _stage_settings(shared: dict) -> dict:
-    """The settings of a stage given on the command line (top, seeds, first seed, baselines)."""
-    out = {k: shared[k] for k in ("top", "seeds", "first_seed") if shared[k] is not None}
+def _stage_settings(shared: dict, auto: bool = False) -> dict:
+    """The settings of a stage given on the command line (top, seeds, first seed, baselines); ``auto``:
+    ``--seeds auto`` is allowed (the confirmation's power analysis)."""
+    from .errors import NormsearchError
+
+    out = {k: shared[k] for k in ("top", "first_seed") if shared[k] is not None}
+    seeds = shared["seeds"]
+    if seeds is not None:
+        if seeds.strip() == "auto" and auto:
+            out["seeds"] = "auto"
+        elif seeds.strip().isdigit():
+            out["seeds"] = int(seeds)
+        else:
+            raise NormsearchError(f"--seeds must be a whole number{' or auto' if auto else ''}, not {seeds!r}")
     if shared["baselines"] is not None:
         out["baselines"] = [b.strip() for b in shared["baselines"].split(",") if b.strip()]
     return out

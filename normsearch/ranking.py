@@ -11,11 +11,11 @@ and marked. The statistics are :mod:`normsearch.stats`' (rules and thresholds in
 - an architecture's learning rate is the one where it failed least, then had the lowest mean loss
   over its successful runs; the ranking is a hurdle: by failure rate at that learning rate, then by
   that mean loss;
-- intervals and comparisons use the pooled variance of the two-way model loss ~ architecture + seed
-  when a test of equal variances does not reject, per-architecture estimates otherwise;
+- intervals and comparisons use each architecture's own seed-to-seed variance (Welch), never a
+  pooled one, and no test of equal variances switches anything;
 - every comparison with a baseline is one family: ``better``/``worse`` under Holm, ``equivalent``
   only when two one-sided tests pass within ``report.margin``, else ``undecided`` with the seeds that
-  would resolve it; P(best), rank intervals and P(a < b) come from the pooled model's posterior.
+  would resolve it; P(best), rank intervals and P(a < b) come from per-architecture posterior draws.
 
 The learning rate is chosen on the same seeds that score it, so the intervals are slightly
 optimistic (the confirmation stage of issue 16 is what removes that).
@@ -24,92 +24,17 @@ optimistic (the confirmation stage of issue 16 is what removes that).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import NormsearchError, closest
 from .records import A_ARCH, A_FAILED, STAGE_SEP, ArchRecord, RunResult, run_keys, trial_runs
+from ._rows import LrPoint, Row
+from .grid import variant_tag
 from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
 RANKED = "COMPLETE"
-
-
-@dataclass
-class LrPoint:
-    """One learning rate of an architecture's sweep: failures, and the mean over successful runs."""
-
-    lr: float
-    n_runs: int
-    n_diverged: int
-    n_stalled: int
-    mean: float | None  # over the successful runs; None when all failed
-    failure_ci_low: float
-    failure_ci_high: float
-
-    @property
-    def n_failed(self) -> int:
-        return self.n_diverged + self.n_stalled
-
-
-@dataclass
-class Row:
-    rank: int | None  # the hurdle rank (failure rate at the chosen lr, then loss); None: not ranked
-    label: str
-    is_baseline: bool
-    arch_id: str
-    sites: str
-    placement: dict
-    state: str  # COMPLETE (ranked), PRUNED, or INCOMPLETE (finished without any evaluated run)
-    score_mean: float | None  # mean loss over the successful runs at the chosen lr; None if all failed
-    ci_low: float | None  # its 95% interval (see Ranking.variance_method)
-    ci_high: float | None
-    n_seeds: int  # successful seeds behind score_mean
-    n_runs: int  # every run of the sweep
-    n_diverged: int  # every run of the sweep that diverged
-    best_lr: float | None  # the chosen learning rate
-    lr_sensitivity: float | None  # Wortsman et al.'s, over capped losses (counts divergences); kept for old reports
-    n_params: int
-    tokens_per_s: float
-    kernels: str
-    precision: str
-    triton_version: str = ""
-    device: str = ""
-    n_norm_params: int = 0
-    wall_time: float = 0.0  # seconds, summed over the runs
-    trials: list[int] = field(default_factory=list)
-    params: dict[str, str] = field(default_factory=dict)  # the search-space choices (empty outside the space)
-    seeds: dict[int, float] = field(default_factory=dict)  # seed -> loss at the chosen lr (successful runs)
-    per_lr: dict[float, float] = field(default_factory=dict)  # lr -> mean over successful runs
-    n_failed: int = 0  # at the chosen lr: diverged or stalled
-    n_stalled: int = 0  # at the chosen lr
-    failure_rate: float = 0.0  # at the chosen lr
-    failure_ci_low: float = 0.0  # Wilson 95%
-    failure_ci_high: float = 1.0
-    fails_at_best_lr: bool = False
-    ci_method: str = ""  # pooled | per-arch | none
-    p_best: float | None = None
-    rank_low: int | None = None  # 95% rank interval
-    rank_high: int | None = None
-    lr_basin: float | None = None  # width in log10(lr) within tolerance of its own best (None: < 3 points)
-    lr_basin_low: float | None = None
-    lr_basin_high: float | None = None
-    lr_points: list[LrPoint] = field(default_factory=list)
-    comparisons: list[Any] = field(default_factory=list)  # normsearch.stats.Comparison, this row vs a baseline
-    runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
-
-    def comparison(self, against: str):
-        return next((c for c in self.comparisons if c.against == against), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("runs")
-        d["seeds"] = {str(k): v for k, v in self.seeds.items()}
-        d["seed_scores"] = d["seeds"]  # the same numbers, under the name older readers of ranking.json use
-        d["per_lr"] = {repr(k): v for k, v in self.per_lr.items()}
-        for c in d["comparisons"]:
-            c.pop("sd_arch", None), c.pop("sd_against", None)
-        return d
 
 
 @dataclass
@@ -155,11 +80,8 @@ class Judgement:
 
     alpha: float = 0.05
     margin: float = 0.02
-    variance_method: str = ""  # pooled | per-architecture (...)
-    sigma: float | None = None  # residual SD of loss ~ arch + seed
-    df: int | None = None
-    variance_test: str = ""  # Brown-Forsythe (median) or Levene (mean)
-    variance_p: float | None = None
+    variance_method: str = ""  # one fixed sentence (normsearch.stats.VARIANCE_METHOD)
+    seed_sd: dict[str, float] = field(default_factory=dict)  # arch -> its own seed-to-seed SD (2+ runs)
     n_comparisons: int = 0
     unigram_bpb: float | None = None  # the stall reference; None when the data could not be read
     search: Any = None  # normsearch.stats.SearchValue of the searched trials, or None
@@ -240,6 +162,10 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     rows = [_row(arch, ts, n_layers) for arch, ts in groups.items()]
     against = list(dict.fromkeys([*against, *required_against]))
     judgement = _judge(rows, against, recipe, margin, alpha)
+    if _raced(study):  # racing chose where to add seeds from the results: no verdict of it is confirmatory
+        for r in rows:
+            for c in r.comparisons:
+                c.exploratory = True
     order = {r.label: i for i, r in enumerate(sorted((r for r in rows if r.rank is not None), key=lambda r: r.rank))}
     rows.sort(key=lambda r: (r.rank is None, order.get(r.label, 0), r.label))
 
@@ -260,7 +186,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
         history.append(HistoryPoint(t.number, r.label, rec.arch_id, t.state.name,
                                     r.score_mean if t.state.name == "COMPLETE" and r.rank is not None else None,
                                     bool(rec.baseline), rec.reused_from is not None))
-    judgement.search = None if STAGE_SEP in study.study_name else _search_value(history)  # a stage searched nothing
+    judgement.search = _search_value(history, trials, recipe, study.study_name, judgement.alpha)
     labels = {r.label for r in rows if r.rank is not None}
     return Ranking(
         study=study.study_name, objective=objective, rows=rows, n_trials=counts, running=counts.get("RUNNING", 0),
@@ -268,6 +194,13 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
         missing_against=[a for a in against if a not in labels], running_trials=running, failures=failures,
         history=history, param_choices=choices, cost=_cost(trials, recipe), judgement=judgement,
     )
+
+
+def _raced(study) -> bool:
+    """Whether ``study`` is a stage whose seeds racing added to (its verdicts depend on racing)."""
+    ua = study.user_attrs
+    return STAGE_SEP in study.study_name and any(k.startswith("racing_round_") and (v or {}).get("added")
+                                                 for k, v in ua.items())
 
 
 def check_against(names, study_name: str, records: list[ArchRecord]) -> None:
@@ -288,10 +221,10 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
     with_runs = [(t, rec, trial_runs(t)) for t, rec in ts]
     with_runs = [x for x in with_runs if x[2]]
     owners = [x for x in with_runs if x[0].state.name == "COMPLETE"] or with_runs
-    merged: dict[tuple[int, float], RunResult] = {}  # one run per (seed, lr), the earliest trial's
+    merged: dict[tuple[int, float, str], RunResult] = {}  # one run per (seed, cell), the earliest trial's
     for _, _, runs_of in owners:
         for r in runs_of:
-            merged.setdefault((int(r.seed), float(r.lr)), r)
+            merged.setdefault((int(r.seed), float(r.lr), variant_tag(r.variant or {})), r)
     runs = list(merged.values())
     first = owners[0][0] if owners else ts[0][0]
     recs = [rec for _, rec in ts]
@@ -352,28 +285,42 @@ def _judge(rows: list[Row], against: list[str], recipe, margin: float | None, al
         r.fails_at_best_lr = s.fails_at_best_lr
         r.p_best, r.rank_low, r.rank_high = s.p_best, s.rank_low, s.rank_high
         r.seeds = dict(sorted(best.losses.items())) if best else {}
-        r.lr_points = [LrPoint(c.lr, c.n_runs, c.n_diverged, c.n_stalled, c.mean, *c.failure_ci) for c in s.lr.cells]
-        r.per_lr = {c.lr: c.mean for c in s.lr.cells if c.mean is not None}
+        r.lr_points = [LrPoint(c.lr, c.n_runs, c.n_diverged, c.n_stalled, c.mean, *c.failure_ci, variant=c.variant)
+                       for c in s.lr.cells]
+        r.per_lr = {c.lr: c.mean for c in s.lr.variant_cells() if c.mean is not None}
+        _cells(r, s.lr, recipe)
         if s.basin is not None:
             r.lr_basin, r.lr_basin_low, r.lr_basin_high = s.basin.width, s.basin.low_lr, s.basin.high_lr
         r.comparisons = st.comparisons_of(a)
-    fit = st.fit
     judgement.variance_method = st.variance_method
     judgement.n_comparisons = len(st.comparisons)
-    if fit is not None:
-        judgement.sigma, judgement.df, judgement.variance_p = fit.sigma, fit.df, fit.levene_p
-        judgement.variance_test = "Brown-Forsythe" if fit.levene_center == "median" else "Levene"
+    judgement.seed_sd = {a: sd for a, sd in (st.fit.sd.items() if st.fit else ()) if sd is not None}
     return judgement
 
 
 def stat_runs(rows: list[Row], unigram: float | None = None) -> list:
     """The rows' evaluated runs as the statistics see them (:class:`normsearch.stats.Run`)."""
-    from .stats import Run
+    from .scoring import stat_run
 
-    return [Run(arch=r.label, seed=int(x.seed), lr=float(x.lr), loss=x.value, diverged=bool(x.diverged),
-                init_loss=x.init_loss if x.curve else None,
-                unigram_loss=unigram if unigram is not None else x.unigram_bpb)
-            for r in rows for x in r.runs if x.curve]
+    return [stat_run(x, r.label, unigram) for r in rows for x in r.runs if x.curve]
+
+
+def _cells(row: Row, a, recipe) -> None:
+    """The chosen cell's init, variant, bracket and vertex, and the loss-optimal and failure-free cells."""
+    from .grid import bracket, parse_tag, vertex
+
+    if a.best is None:  # nothing succeeded: no chosen cell
+        return
+    row.variant = parse_tag(a.best_variant)
+    row.init = row.variant.get("init", recipe.model.init if recipe is not None else None)
+    resolution = recipe.train.lr_resolution if recipe is not None else None
+    b = bracket(a, resolution)
+    row.lr_bracketed = None if b is None else b.bracketed
+    row.lr_vertex = vertex(a)
+    for name, c in (("loss_optimal", a.loss_optimal), ("failure_free", a.failure_free)):
+        setattr(row, name, None if c is None else {
+            "lr": c.lr, "variant": parse_tag(c.variant), "mean": c.mean, "n_ok": c.n_ok, "n_failed": c.n_failed,
+            "failure_rate": c.failure_rate})
 
 
 def _unigram(recipe, runs: list[RunResult]) -> float | None:
@@ -393,16 +340,22 @@ def _unigram(recipe, runs: list[RunResult]) -> float | None:
         return recorded
 
 
-def _search_value(history: list[HistoryPoint]):
-    """The sampler's best-so-far against random order over the same evaluated placements (those with a
-    score: pruned trials and architectures whose every run failed are left out of both)."""
+def _search_value(history: list[HistoryPoint], trials, recipe, study_name: str, alpha: float):
+    """Did the search help (:func:`normsearch.stats.search_value`): the sampler's proposals in proposal
+    order and the control proposals (:func:`normsearch.search.searched_proposals`; repeats of an evaluated
+    architecture count), each scored by its architecture's mean, a pruned one or one whose every run failed
+    as worst (inf). None for a stage (it searched nothing) or with fewer than 2 proposals."""
+    from .search import searched_proposals
     from .stats import search_value
 
-    found = [h.value for h in history if not h.is_baseline and not h.reused and h.value is not None
-             and math.isfinite(h.value)]
+    value = {h.number: math.inf if h.value is None else h.value for h in history}
+    found = [p for p in searched_proposals(trials, recipe) if p.number in value] if STAGE_SEP not in study_name else []
+    mine, controls = [p for p in found if p.kind != "control"], [p for p in found if p.kind == "control"]
     if len(found) < 2:
         return None
-    return search_value(found)
+    return search_value([value[p.number] for p in mine], [p.kind for p in mine], [value[c.number] for c in controls],
+                        orders=[p.order for p in mine], alpha=alpha,
+                        control_at=[sum(q.number < c.number for q in mine) for c in controls])
 
 
 def _cost(trials, recipe) -> Cost:

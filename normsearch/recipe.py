@@ -166,12 +166,12 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | list[str] | None =
     return recipe_from_dict(raw, base=path.parent, source=str(path))
 
 
-LR_RANGE_KEYS = ("low", "high", "points", "extend")
+LR_RANGE_KEYS = ("low", "high", "points", "extend", "resolution")
 
 
 def _lr_range(train):
-    """``train.lr`` given as a log range, ``{low, high, points, extend}``, as the list of its points
-    (log-spaced, rounded to 4 significant digits) and ``train.lr_extend``."""
+    """``train.lr`` given as a log range, ``{low, high, points, extend, resolution}``, as the list of its
+    points (log-spaced, rounded to 4 significant digits), ``train.lr_extend`` and ``train.lr_resolution``."""
     if not isinstance(train, dict) or not isinstance(train.get("lr"), dict):
         return train
     spec = train["lr"]
@@ -190,8 +190,12 @@ def _lr_range(train):
     if "lr_extend" in train and "extend" in spec:
         raise NormsearchError("give the sweep's extension once: train.lr.extend or train.lr_extend")
     lrs = [float(f"{low * (high / low) ** (i / (points - 1)):.4g}") for i in range(points)]
-    return {**{k: v for k, v in train.items() if k != "lr"}, "lr": lrs,
-            "lr_extend": train.get("lr_extend", extend)}
+    if "lr_resolution" in train and "resolution" in spec:
+        raise NormsearchError("give the sweep's resolution once: train.lr.resolution or train.lr_resolution")
+    out = {**{k: v for k, v in train.items() if k != "lr"}, "lr": lrs, "lr_extend": train.get("lr_extend", extend)}
+    if "resolution" in spec:
+        out["lr_resolution"] = spec["resolution"]
+    return out
 
 
 def recipe_from_dict(raw: dict, base: Path | None = None, source: str | None = None) -> Recipe:

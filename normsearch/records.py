@@ -27,24 +27,40 @@ A_RECIPE = "recipe"  # a study attribute: the resolved recipe, stored once
 A_LR_EXTENDED = "lr_extended"  # learning rates the extending sweep added to train.lr, in order
 A_TASK, A_SEEDS, A_LRS = "task", "task_seeds", "task_lrs"  # a stage's trial: its key, seeds and learning rates
 A_PROPOSAL = "proposal"  # a searched trial's proposal number (normsearch.search._propose)
+A_CONTROL = "control"  # a control proposal's index j: a uniform draw from the space (search.control)
+A_STARTUP = "startup"  # a sampler's proposal: True when drawn at random before its model took over
 STAGE_SEP = "/"  # a stage of study S is the study S/<kind> (confirm, ladder-<i>): a name no recipe can take
 RUN_PREFIX = "run:"
 
 
-def run_key(seed: int, lr: float) -> str:
-    """The attribute name of one run in its trial: ``run:s0:lr0.003``."""
-    return f"{RUN_PREFIX}s{seed}:lr{lr:g}"
+def control_label(j: int) -> str:
+    """The label of control proposal j: ``c<j>`` (the sampler's proposals are ``t<n>``)."""
+    return f"c{j}"
 
 
-def run_stem(seed: int, lr: float) -> str:
-    """The file name (without suffix) of one run under ``runs/<arch_id>/``: ``seed0_lr0.003``."""
-    return f"seed{seed}_lr{lr:g}"
+def is_control_label(label: str, is_baseline: bool = False) -> bool:
+    """Whether a ranking's row label names a control proposal (``c0``, ``c12``): the row of an architecture
+    that a control drew first."""
+    return not is_baseline and len(label) > 1 and label[0] == "c" and label[1:].isdigit()
 
 
-def parse_run_key(key: str) -> tuple[str, str]:
-    """``run:s0:lr0.003`` -> ('0', '0.003'), as written (the file name is built from these)."""
-    seed, lr = key[len(RUN_PREFIX):].split(":")
-    return seed[1:], lr[2:]
+def run_key(seed: int, lr: float, tag: str = "") -> str:
+    """The attribute name of one run in its trial: ``run:s0:lr0.003``, and ``run:s0:lr0.003:init-small``
+    for a run in a variant of the tuned grid (:func:`normsearch.grid.variant_tag`)."""
+    return f"{RUN_PREFIX}s{seed}:lr{lr:g}" + (f":{tag}" if tag else "")
+
+
+def run_stem(seed: int, lr: float, tag: str = "") -> str:
+    """The file name (without suffix) of one run under ``runs/<arch_id>/``: ``seed0_lr0.003``,
+    ``seed0_lr0.003_init-small`` in a variant."""
+    return f"seed{seed}_lr{lr:g}" + (f"_{tag}" if tag else "")
+
+
+def parse_run_key(key: str) -> tuple[str, str, str]:
+    """``run:s0:lr0.003`` -> ('0', '0.003', ''), ``run:s0:lr0.003:init-small`` -> ('0', '0.003', 'init-small'),
+    as written (the file name is built from these)."""
+    seed, lr, *tag = key[len(RUN_PREFIX):].split(":")
+    return seed[1:], lr[2:], tag[0] if tag else ""
 
 
 @dataclass
@@ -92,6 +108,9 @@ class RunResult:
     test_windows: int = 0
     test_se: float | None = None  # the evaluation's own noise: bootstrap SE over the test windows
     val_bpb: float | None = None  # the final validation loss of a run scored on the test split
+    # the cell of the tuned grid besides the learning rate (normsearch.grid): {"init": "small", "warmup": 60};
+    # empty when the recipe tunes the learning rate alone
+    variant: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -58,8 +58,16 @@ class TrainConfig:
     # the extending sweep: when an architecture's best learning rate is at an end of train.lr, one
     # more point beyond it (train.lr's own ratio between points), up to this many per architecture
     lr_extend: int = 0
+    # refine the sweep around the chosen cell until a neighbour on each side is at most this many decades
+    # away (normsearch.grid.next_points); None: no refinement
+    lr_resolution: float | None = None
+    # the tuned grid besides the learning rate (normsearch.grid): {init: [gpt, small, paper], warmup: [20, 60]};
+    # every architecture is trained in every variant and scored at its own best cell
+    grid: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        from .grid import grid_problem
+
         checks = [
             (self.steps >= 1, "train.steps must be >= 1"),
             (self.batch_size >= 1, "train.batch_size must be >= 1"),
@@ -82,6 +90,13 @@ class TrainConfig:
             (self.lr_extend >= 0, "train.lr_extend must be >= 0"),
             (self.lr_extend == 0 or len(self.lr) >= 2,
              "train.lr_extend needs a sweep of two or more learning rates (its ratio is the extension's step)"),
+            (self.lr_resolution is None or (isinstance(self.lr_resolution, (int, float))
+                                            and 0.01 <= self.lr_resolution <= 2),
+             f"train.lr.resolution must be a number of decades in [0.01, 2] (0.25: a quarter decade), "
+             f"not {self.lr_resolution!r}"),
+            (self.lr_resolution is None or len(self.lr) >= 2,
+             "train.lr.resolution needs a sweep of two or more learning rates to refine"),
+            (grid_problem(self.grid, self.steps) is None, grid_problem(self.grid, self.steps)),
         ]
         for ok, msg in checks:
             if not ok:
@@ -96,9 +111,19 @@ class TrainConfig:
         return (lrs[-1] / lrs[0]) ** (1.0 / (len(lrs) - 1))
 
     @property
-    def runs(self) -> list[tuple[int, float]]:
-        """(seed, lr) of every run of one architecture, in the order they are trained."""
-        return [(s, lr) for lr in self.lr for s in self.seeds]
+    def runs(self) -> list:
+        """Every run of one architecture before the sweep refines (normsearch.grid.RunSpec: seed, lr,
+        variant tag), in the order they are trained, as for a found placement (no ``init: paper``)."""
+        from .grid import plan
+
+        return plan(self)
+
+    @property
+    def n_variants(self) -> int:
+        n = 1
+        for values in self.grid.values():
+            n *= len(values)
+        return n
 
 
 @dataclass(frozen=True)
@@ -123,18 +148,35 @@ class ConfirmConfig:
     again on fresh seeds, each at the learning rate the search chose for it, scored on the test split."""
 
     top: int = 3  # found placements (not baselines), by the search's ranking
-    seeds: int = 3  # fresh seeds per architecture (racing may add more)
+    # fresh seeds per architecture (racing may add more); auto: the fewest in [min_seeds, max_seeds] that give
+    # the primary contrasts `power` at the effect the search saw, shrunk (normsearch.stages.confirm.design)
+    seeds: int | Literal["auto"] = 3
     baselines: list[str] | None = None  # default: search.baselines
     test_bytes: int = 100_000  # the test split: at least this many bytes of text no validation window touches
     first_seed: int = 1000  # fresh seeds are first_seed, first_seed + 1, ...; none may be a search seed
+    # the declared contrasts, "A vs B": labels, baseline names, `first` (the search's first found placement)
+    # and `best_baseline` (the search's best baseline among the confirmed ones); tested apart, Holm among them
+    primary: list[str] = field(default_factory=lambda: ["first vs best_baseline"])
+    power: float = 0.8  # seeds: auto designs for this power
+    min_seeds: int = 5
+    max_seeds: int = 30
 
     def __post_init__(self):
         from .baselines import BASELINES
 
         if self.top < 0:
             raise NormsearchError("confirm.top must be >= 0")
-        if self.seeds < 2:
-            raise NormsearchError("confirm.seeds must be >= 2 (a verdict needs a variance)")
+        if self.seeds != "auto" and (isinstance(self.seeds, bool) or self.seeds < 2):
+            raise NormsearchError("confirm.seeds must be >= 2 (a verdict needs a variance) or auto")
+        if not 0.5 <= self.power < 1:
+            raise NormsearchError(f"confirm.power must be in [0.5, 1), not {self.power!r}")
+        if not 2 <= self.min_seeds <= self.max_seeds:
+            raise NormsearchError(f"confirm needs 2 <= min_seeds <= max_seeds, not {self.min_seeds} and "
+                                  f"{self.max_seeds}")
+        for c in self.primary:
+            if not isinstance(c, str) or len(c.split(" vs ")) != 2 or not all(x.strip() for x in c.split(" vs ")):
+                raise NormsearchError(f"confirm.primary: {c!r} is not a contrast; write \"A vs B\" with labels, "
+                                      f"baseline names, first or best_baseline, e.g. \"first vs best_baseline\"")
         if self.test_bytes < 1000:
             raise NormsearchError("confirm.test_bytes must be >= 1000")
         problem = seed_problem(self.first_seed, "confirm.first_seed")
@@ -144,8 +186,14 @@ class ConfirmConfig:
             if b not in BASELINES:
                 raise NormsearchError(f"confirm.baselines: {unknown('baseline', b, BASELINES)}")
 
-    def seed_list(self, extra: int = 0) -> list[int]:
-        return list(range(self.first_seed, self.first_seed + self.seeds + extra))
+    @property
+    def most_seeds(self) -> int:
+        """The seeds per architecture at most (before racing): the fixed count, or ``max_seeds`` under auto."""
+        return self.max_seeds if self.seeds == "auto" else self.seeds
+
+    def seed_list(self, extra: int = 0, n: int | None = None) -> list[int]:
+        """``n`` fresh seeds (default: the fixed count, or ``max_seeds`` under auto) and ``extra`` more."""
+        return list(range(self.first_seed, self.first_seed + (n or self.most_seeds) + extra))
 
 
 #: model settings a rung may change; anything else would change what the loss measures (data,
@@ -247,6 +295,9 @@ class SearchConfig:
     # sees the baselines and proposals 0..k-in_flight, so at most in_flight proposals train at once
     reproducible: bool = True
     in_flight: int = 4
+    # control proposals: uniform draws from the space (seeded by search.seed and j), trained like the sampler's
+    # proposals and interleaved among them, on top of search.trials (normsearch.search._controls)
+    control: int = 0
 
     def __post_init__(self):
         from .baselines import BASELINES
@@ -274,6 +325,9 @@ class SearchConfig:
             raise NormsearchError("search.jobs must be >= 1 or auto")
         if self.in_flight < 1:
             raise NormsearchError(f"search.in_flight must be >= 1 (proposals trained at once), not {self.in_flight}")
+        if self.control < 0:
+            raise NormsearchError(f"search.control must be >= 0 (uniform draws from the space, trained beside the "
+                                  f"sampler's proposals; 0: none), not {self.control}")
         if self.grace <= 2 * self.heartbeat:
             raise NormsearchError("search.grace must be more than twice search.heartbeat")
 

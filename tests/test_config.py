@@ -31,8 +31,12 @@ def test_sections_reject_unknown_keys_with_the_known_ones():
 
 def test_train_config_runs_are_every_seed_at_every_lr():
     t = from_mapping(TrainConfig, {"lr": [1e-3, 3e-3], "seeds": [0, 1]}, "train")
-    assert sorted(t.runs) == [(0, 1e-3), (0, 3e-3), (1, 1e-3), (1, 3e-3)]
+    assert sorted(t.runs) == [(0, 1e-3, ""), (0, 3e-3, ""), (1, 1e-3, ""), (1, 3e-3, "")]
     assert from_mapping(TrainConfig, to_mapping(t), "train") == t
+    g = from_mapping(TrainConfig, {"lr": [1e-3], "seeds": [0], "grid": {"init": ["gpt", "small"]},
+                                   "lr_resolution": None}, "train")
+    assert g.runs == [(0, 1e-3, "init-gpt"), (0, 1e-3, "init-small")]
+    assert from_mapping(TrainConfig, to_mapping(g), "train") == g  # comes back typed from storage
 
 
 def test_search_config_checks_names():
@@ -40,3 +44,14 @@ def test_search_config_checks_names():
         from_mapping(SearchConfig, {"sampler": "annealing"}, "search")
     with pytest.raises(NormsearchError, match="pre_lm"):
         from_mapping(SearchConfig, {"baselines": ["pre_lm"]}, "search")
+
+
+def test_model_init_takes_the_paper_inits_and_names_them_when_wrong():
+    import re
+
+    from normsearch.config import INITS
+
+    for init in INITS:
+        assert ModelConfig.from_dict({"init": init}).init == init
+    with pytest.raises(NormsearchError, match=re.escape("model.init must be gpt | small | normal | truncnormal")):
+        ModelConfig.from_dict({"init": "xavier"})

@@ -46,10 +46,16 @@ def make_run(seed=0, lr=3e-3, value=2.0, init=5.0, **kw) -> RunResult:
 ])
 def test_run_keys_and_file_names_are_the_stored_format(seed, lr, key, stem):
     assert run_key(seed, lr) == key and run_stem(seed, lr) == stem
-    seed_text, lr_text = parse_run_key(key)
-    assert (seed_text, lr_text) == (str(seed), f"{lr:g}")
+    seed_text, lr_text, tag = parse_run_key(key)
+    assert (seed_text, lr_text, tag) == (str(seed), f"{lr:g}", "")
     assert run_stem(int(seed_text), float(lr_text)) == stem  # the file of a run is found from its key
     assert float(lr_text) == lr
+
+
+def test_a_run_in_a_variant_of_the_grid_has_its_tag_in_key_and_file_name():
+    assert run_key(0, 0.003, "init-small") == "run:s0:lr0.003:init-small"
+    assert run_stem(0, 0.003, "init-small_warmup-60") == "seed0_lr0.003_init-small_warmup-60"
+    assert parse_run_key("run:s0:lr0.003:init-small_warmup-60") == ("0", "0.003", "init-small_warmup-60")
 
 
 def test_run_keys_picks_runs_out_of_user_attrs_in_order():
@@ -193,8 +199,8 @@ def test_stored_v1_arch_json_reads_back():
         rec = ArchRecord.from_json(d)
         assert rec.arch_id == f.parent.name and rec.to_json() == {**rec.to_json(), **d}
         for k in rec.runs:  # each run key names its file
-            seed, lr = parse_run_key(k)
-            assert (f.parent / f"{run_stem(int(seed), float(lr))}.json").is_file(), k
+            seed, lr, tag = parse_run_key(k)
+            assert (f.parent / f"{run_stem(int(seed), float(lr), tag)}.json").is_file(), k
 
 
 def test_trial_runs_in_the_stored_order_skipping_what_is_not_a_run():

@@ -1,5 +1,7 @@
-"""normsearch.scoring: how an architecture's runs become the score the sampler sees (Wortsman et al.
-2023, Section 3.2: a diverged run counts as its loss at initialisation, no run as worse than that)."""
+"""normsearch.scoring: how an architecture's runs become the score the sampler sees, by the one rule
+that chooses a cell everywhere (normsearch.stats.outcomes.sweep); a failed run never enters a mean."""
+
+import math
 
 import json
 from pathlib import Path
@@ -45,40 +47,49 @@ def test_robust_objective_is_the_mean_over_learning_rates():
     assert s.value == pytest.approx(s.score_mean + s.sensitivity)
 
 
-def test_a_diverged_run_counts_as_its_init_loss_and_its_lr_is_not_chosen():
-    # at 1e-2 one seed reaches 1.0 and the other diverges: mean (1.0 + 5.0) / 2 = 3.0 ...
+def test_a_failed_run_enters_no_mean_and_its_lr_is_not_chosen():
+    # at 1e-2 one seed reaches 1.0 and the other diverges; at 1e-3 one 0.5 and one diverges
     runs = [run(0, 1e-2, 1.0), run(1, 1e-2, None, diverged=True), run(0, 3e-3, 2.0), run(1, 3e-3, 2.2),
-            run(0, 1e-3, 0.5), run(1, 1e-3, None, diverged=True)]  # ... at 1e-3 (0.5 + 5.0) / 2 = 2.75
+            run(0, 1e-3, 0.5), run(1, 1e-3, None, diverged=True)]
     s = score_runs(runs)
-    assert s.per_lr == pytest.approx({1e-3: 2.75, 3e-3: 2.1, 1e-2: 3.0})
-    assert s.best_lr == 3e-3 and s.score_mean == pytest.approx(2.1)  # the only lr where no seed diverged
-    assert s.n_diverged == 2 and s.n_runs == 6
-    assert s.robust == pytest.approx((2.75 + 2.1 + 3.0) / 3)
-    assert s.sensitivity == pytest.approx(s.robust - 2.1)
+    assert s.per_lr == pytest.approx({1e-3: 0.5, 3e-3: 2.1, 1e-2: 1.0})  # successful runs only: no init loss
+    assert s.best_lr == 3e-3 and s.score_mean == pytest.approx(2.1)  # the only lr where no seed failed
+    assert s.failure_rate == 0 and s.n_diverged == 2 and s.n_runs == 6
+    assert s.robust == pytest.approx((0.5 + 2.1 + 1.0) / 3)
+    assert s.sensitivity == pytest.approx(s.robust - 0.5)
 
 
 def test_a_stable_lr_wins_even_over_a_lower_mean_with_a_divergence():
-    runs = [run(0, 1e-2, 0.1), run(1, 1e-2, None, diverged=True),  # mean 2.55, lower than 1e-3's
-            run(0, 1e-3, 3.0), run(1, 1e-3, 3.2)]
+    runs = [run(0, 1e-2, 0.1), run(1, 1e-2, None, diverged=True), run(0, 1e-3, 3.0), run(1, 1e-3, 3.2)]
     s = score_runs(runs)
-    assert s.per_lr[1e-2] == pytest.approx(2.55) and s.per_lr[1e-3] == pytest.approx(3.1)
     assert s.best_lr == 1e-3 and s.value == pytest.approx(3.1)
-    assert s.sensitivity == pytest.approx((2.55 + 3.1) / 2 - 2.55)  # against the lowest L, stable or not
 
 
-def test_when_every_lr_lost_a_seed_the_lowest_mean_wins():
+def test_when_every_lr_lost_a_seed_the_least_failing_then_lowest_mean_wins():
     runs = [run(0, 1e-2, 1.0), run(1, 1e-2, None, diverged=True), run(0, 1e-3, 2.0),
             run(1, 1e-3, None, diverged=True)]
     s = score_runs(runs)
-    assert s.best_lr == 1e-2 and s.score_mean == pytest.approx(3.0)
-    assert s.seeds_at_best == pytest.approx({0: 1.0, 1: INIT})
+    assert s.best_lr == 1e-2 and s.score_mean == pytest.approx(1.0) and s.failure_rate == 0.5
+    assert s.seeds_at_best == pytest.approx({0: 1.0})
     everything = score_runs([run(0, 1e-3, None, diverged=True), run(1, 1e-3, None, diverged=True)])
-    assert everything.value == INIT and everything.n_diverged == 2 and everything.tokens_per_s == 0.0
+    assert everything.value == math.inf and everything.score_mean is None and everything.best_lr is None
+    assert everything.failure_rate == 1 and everything.n_diverged == 2 and everything.tokens_per_s == 0.0
+    assert everything.to_dict()["value"] is None  # stored as JSON: no infinity
 
 
-def test_a_run_worse_than_at_initialisation_counts_as_init():
+def test_a_run_that_ends_near_its_init_loss_is_a_failure_not_a_number():
     s = score_runs([run(0, 1e-3, 9.0), run(1, 1e-3, 3.0)])
-    assert s.seeds_at_best == pytest.approx({0: INIT, 1: 3.0}) and s.value == pytest.approx(4.0)
+    assert s.seeds_at_best == pytest.approx({1: 3.0}) and s.value == pytest.approx(3.0) and s.failure_rate == 0.5
+
+
+def test_the_grid_cell_is_chosen_over_variants_and_reported():
+    runs = [run(0, 1e-3, 2.4), run(1, 1e-3, 2.6)]
+    for r, v in zip([run(0, 1e-3, 2.0), run(1, 1e-3, 2.2)], [{"init": "small"}] * 2):
+        r.variant = v
+        runs.append(r)
+    s = score_runs(runs)
+    assert s.variant == {"init": "small"} and s.best_lr == 1e-3 and s.value == pytest.approx(2.1)
+    assert s.per_lr == pytest.approx({1e-3: 2.1})  # the chosen variant's sweep
 
 
 def test_throughput_averages_the_finished_runs_only():
@@ -102,16 +113,24 @@ def test_to_dict_is_json_with_string_keys():
     assert set(d) == set(Score.__dataclass_fields__)
 
 
-def test_the_stored_v1_scores_are_reproduced_from_their_runs():
-    """The score a study stored with each architecture is what score_runs makes of its stored runs."""
+def test_the_stored_v1_scores_are_reproduced_from_their_runs_where_nothing_failed():
+    """The score a study stored with each architecture is what score_runs makes of its stored runs,
+    for the architectures where no run failed (the rule changed only how failures count: a failed run
+    entered the mean as its loss at initialisation, and now enters none)."""
+    from normsearch.scoring import arch_sweep
+
     archs = sorted(V1_RUNS.glob("*/arch.json"))
     assert archs
+    compared = 0
     for f in archs:
         rec = ArchRecord.from_json(json.loads(f.read_text()))
         runs = []
         for k in rec.runs:
-            seed, lr = parse_run_key(k)
-            runs.append(RunResult.from_dict(json.loads((f.parent / f"{run_stem(int(seed), float(lr))}.json").read_text())))
+            seed, lr, tag = parse_run_key(k)
+            runs.append(RunResult.from_dict(json.loads((f.parent / f"{run_stem(int(seed), float(lr), tag)}.json").read_text())))
+        if any(c.n_failed for c in arch_sweep(runs).cells):
+            continue
+        compared += 1
         s = score_runs(runs).to_dict()
         for key in ("value", "score_mean", "robust", "best_lr", "sensitivity", "tokens_per_s"):
             assert s[key] == pytest.approx(rec.score[key], rel=1e-12), (f.parent.name, key)
@@ -119,3 +138,4 @@ def test_the_stored_v1_scores_are_reproduced_from_their_runs():
         assert s["seeds_at_best"] == pytest.approx(rec.score["seeds_at_best"], rel=1e-12)
         assert (s["n_runs"], s["n_diverged"], s["n_params"]) == (rec.score["n_runs"], rec.score["n_diverged"],
                                                                 rec.score["n_params"])
+    assert compared

@@ -36,11 +36,15 @@ def export(study, out_dir: str | os.PathLike, *, rank: int | None = None, trial:
     handle, ranking = _ranked(study, storage, study_name)
     row = _select(ranking, rank, trial, baseline)
     placement = Placement.from_dict(row.placement).with_name(row.label)
-    config = handle.recipe.model
+    from ..grid import apply as apply_variant, variant_tag
+
+    # the chosen cell's init (and warmup, for a retrain): the exported module is the one that was scored
+    config, train_at = apply_variant(handle.recipe.model, handle.recipe.train, variant_tag(row.variant))
     summary: dict[str, Any] = {"metric": f"validation bits per byte ({ranking.objective} objective)",
                                "score_mean": row.score_mean, "ci_low": row.ci_low, "ci_high": row.ci_high,
                                "ci_level": 0.95, "study": ranking.study, "rank": row.rank,
-                               "seeds": len(row.seeds), "best_lr": row.best_lr}
+                               "seeds": len(row.seeds), "best_lr": row.best_lr, "init": row.init,
+                               **({"variant": row.variant} if row.variant else {})}
     summary["comparisons"] = [{"against": c.against, "diff": c.diff, "ci_low": c.ci_low, "ci_high": c.ci_high,
                                "p_value": c.p_value, "verdict": c.verdict} for c in row.comparisons]
     if retrain or steps is not None:
@@ -48,8 +52,7 @@ def export(study, out_dir: str | os.PathLike, *, rank: int | None = None, trial:
 
         seed = min(row.seeds, key=row.seeds.__getitem__) if row.seeds else handle.recipe.train.seeds[0]
         lr = row.best_lr if row.best_lr is not None else handle.recipe.train.lr[0]
-        train = handle.recipe.train if steps is None else replace(handle.recipe.train, steps=steps,
-                                                                  warmup=min(handle.recipe.train.warmup, steps))
+        train = train_at if steps is None else replace(train_at, steps=steps, warmup=min(train_at.warmup, steps))
         with tempfile.TemporaryDirectory(prefix="normsearch-retrain-") as tmp:
             weights = Path(tmp) / "model.safetensors"
             result = train_run(placement, config, handle.recipe.data, train, seed=seed, lr=lr, checkpoint=weights,

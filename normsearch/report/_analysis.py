@@ -19,8 +19,9 @@ MIN_IMPORTANCE = 6  # architectures of the space needed before Optuna's importan
 
 
 def best_runs(row) -> list[RunResult]:
-    """The runs at the row's best learning rate that did not diverge (all of them if every one did)."""
-    runs = [r for r in row.runs if row.best_lr is None or float(r.lr) == float(row.best_lr)]
+    """The runs at the row's chosen cell that did not diverge (all of them if every one did)."""
+    runs = [r for r in row.runs if row.best_lr is None
+            or (float(r.lr) == float(row.best_lr) and (r.variant or {}) == row.variant)]
     ok = [r for r in runs if not r.diverged]
     return ok or runs
 

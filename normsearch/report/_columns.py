@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..ranking import RANKED, Row
+from ..records import is_control_label
 
 UNIT = "bits/byte"
 
@@ -23,6 +24,11 @@ def score_text(r: Row) -> str:
         return "every run failed"
     ci = f" [{num(r.ci_low)}, {num(r.ci_high)}]" if r.ci_low is not None else ""
     return num(r.score_mean) + ci
+
+
+def _control(r: Row) -> bool:
+    """A control proposal's row (``search.control``: a uniform draw from the space, labelled ``c<j>``)."""
+    return is_control_label(r.label, r.is_baseline)
 
 
 def kernels_text(r: Row) -> str:
@@ -63,9 +69,11 @@ def _attr(key, title=None, short=None, text=None, md=None, right=False) -> Colum
 
 COLUMNS: tuple[Column, ...] = (
     _attr("rank", "rank", text=lambda r: "-" if r.rank is None else str(r.rank), right=True),
-    _attr("label", "label", text=lambda r: r.label + (" *" if r.is_baseline else ""),
-          md=lambda r: f"**{r.label}** (baseline)" if r.is_baseline else r.label),
+    _attr("label", "label", text=lambda r: r.label + (" *" if r.is_baseline else " (control)" if _control(r) else ""),
+          md=lambda r: f"**{r.label}** (baseline)" if r.is_baseline else f"{r.label} (control)" if _control(r)
+          else r.label),
     _attr("is_baseline"),
+    Column("is_control", value=lambda r: _control(r)),
     _attr("state"),
     _attr("sites", "sites", md=lambda r: f"`{r.sites}`" if r.sites else "-"),
     Column(None, f"score ({UNIT}) [95% CI]", "score [95% CI]", text=score_text),
@@ -88,7 +96,12 @@ COLUMNS: tuple[Column, ...] = (
     _attr("n_seeds", "seeds", right=True),
     _attr("n_runs"),
     _attr("n_diverged"),
-    _attr("best_lr", "best lr", text=lambda r: num(r.best_lr, "{:g}")),
+    _attr("best_lr", "best lr",
+          text=lambda r: num(r.best_lr, "{:g}") + (f" {r.init}" if r.variant.get("init") else "")),
+    _attr("init"),
+    Column("variant", value=lambda r: json.dumps(r.variant, sort_keys=True) if r.variant else ""),
+    _attr("lr_bracketed"),
+    _attr("lr_vertex"),
     _attr("lr_basin", "basin", text=lambda r: num(r.lr_basin, "{:.2f}")),
     _attr("lr_sensitivity"),
     _attr("n_params", "params", text=lambda r: f"{r.n_params:,}", right=True),
@@ -112,5 +125,5 @@ SUMMARY = tuple(c for c in TABLE if c.key in ("rank", "label", "sites", "p_best"
                 or c.text is score_text or c.title == "failed")
 #: the columns of ranking.csv, in order (comparisons follow as vs_<baseline>_<field>)
 CSV = tuple(c for c in COLUMNS if c.key)
-COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "p_holm", "q_bh", "p_tost_holm", "p_improve",
-                     "seeds_needed", "verdict")
+COMPARISON_FIELDS = ("n", "diff", "ci_low", "ci_high", "p_value", "p_holm", "q_bh", "p_tost_holm",
+                     "margin_equivalent", "p_improve", "seeds_needed", "diff_planned", "verdict")

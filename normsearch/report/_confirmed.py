@@ -38,6 +38,62 @@ def _reason(end: dict) -> str | None:
     return "budget" if str(end["stop"]).startswith("budget") else None
 
 
+def primary_results(confirmed: Ranking, design: dict | None) -> list:
+    """The declared contrasts of the confirmation, tested on its runs as one family of their own (Holm
+    among them, at the report's alpha): its confirmatory verdicts. Empty without a design (a stage
+    stored before designs existed)."""
+    from ..stats import adjust, compare
+
+    if not design:
+        return []
+    j = confirmed.judgement
+    samples = {r.label: dict(r.seeds) for r in confirmed.ranked}
+    pairs = [tuple(p) for p in design.get("primary", []) if p[0] in samples and p[1] in samples]
+    comps = [compare(samples, a, b, margin=j.margin, alpha=j.alpha) for a, b in pairs]
+    adjust(comps, j.alpha)
+    raced = any(c.exploratory for r in confirmed.ranked for c in r.comparisons)
+    for c in comps:
+        c.exploratory = raced
+    return comps
+
+
+def primary_lines(confirmed: Ranking, design: dict | None) -> list[str]:
+    """The primary contrasts: what the confirmation was designed to decide, and its verdict."""
+    comps = primary_results(confirmed, design)
+    if not comps:
+        return []
+    by = {tuple(p["contrast"]): p for p in design.get("contrasts", [])}
+    k = len(comps)
+    n = design.get("seeds")
+    lines = [f"**Primary contrast{'s' if k > 1 else ''}** (declared before the runs; "
+             f"{'Holm among the ' + str(k) + ', ' if k > 1 else ''}alpha {design.get('alpha', 0.05):g}; the other "
+             f"comparisons below are secondary):", ""]
+    for c in comps:
+        plan = by.get((c.arch, c.against), {})
+        if plan.get("effect") is not None:
+            why = (f"designed for {n} seeds each: the search's difference {plan['search_diff']:+.4f} {UNIT}, shrunk to "
+                   f"{plan['effect']:+.4f}, at the search's SDs {plan['sd'][0]:.4f} and {plan['sd'][1]:.4f}, gives "
+                   f"Welch's test at alpha {design.get('alpha_each', 0.05):g} a power of {plan['power']:.2f}"
+                   + (f" (the target {design['target_power']:g} would need more than the {n} allowed)"
+                      if design.get("auto") and plan["power"] < design["target_power"] else ""))
+        else:
+            why = f"{n} seeds each (the search had too few successful runs to plan from)"
+        if c.p_value is None:
+            result = "no test (too few successful runs)"
+        elif c.verdict in ("better", "worse"):
+            result = (f"**{c.arch} is {c.verdict} than {c.against}** by {abs(c.diff):.4f} {UNIT} "
+                      f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}], p = {c.p_holm:.3g}")
+        elif c.verdict == "equivalent":
+            result = f"**equivalent** within ±{c.margin:g} {UNIT} (TOST p = {c.p_tost_holm:.3g})"
+        else:
+            result = (f"**undecided**: {c.diff:+.4f} {UNIT} [{c.ci_low:+.4f}, {c.ci_high:+.4f}], p = {c.p_holm:.3g}; "
+                      f"the data show equivalence within ±{c.margin_equivalent:.3f} at most")
+        lines.append(f"- `{c.arch}` vs `{c.against}`: {result}. ({why}.)"
+                     + (" **Exploratory**: racing added seeds from the results, so this is not the fixed design's "
+                        "verdict." if c.exploratory else ""))
+    return lines + [""]
+
+
 def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, Any], report_path: str) -> list[str]:
     """The headline section when a confirmation exists."""
     lines = ["## Confirmed verdicts (fresh seeds, test split)", ""]
@@ -68,9 +124,11 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
                      f"| {num(r.best_lr, '{:g}')} | {s.rank if s else '-'} | "
                      f"{num(s.score_mean) if s else '-'} {_ci(s.ci_low, s.ci_high) if s else ''} |")
     lines.append("")
+    lines += primary_lines(confirmed, info.get("design"))
     for a in confirmed.against:
         if a not in confirmed.missing_against:
-            lines.append(f"- Confirmed, against `{a}`: " + verdict_line(confirmed, a))
+            lines.append(f"- {'Exploratory (racing)' if race_dependent(confirmed) else 'Confirmed'}, against `{a}`: "
+                         + verdict_line(confirmed, a))
     lines += _first_lines(search, confirmed, info)
     se = [x.test_se for x in runs if x.test_se is not None]
     sds = [statistics.stdev(r.seeds.values()) for r in confirmed.ranked if len(r.seeds) > 1]
@@ -99,6 +157,10 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
         lines.append("- Racing chose where to add seeds from the results so far, so the seed counts above depend on "
                      "the data; the intervals and p-values are not adjusted for that (docs/statistics.md, racing).")
     return lines + [""]
+
+
+def race_dependent(confirmed: Ranking) -> bool:
+    return any(c.exploratory for r in confirmed.ranked for c in r.comparisons)
 
 
 def _first_lines(search: Ranking, confirmed: Ranking, info: dict[str, Any]) -> list[str]:

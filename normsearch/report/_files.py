@@ -69,7 +69,7 @@ def ranking_json(ranking: Ranking, effects: list[SiteEffect] | None = None,
 def _judgement(ranking: Ranking) -> dict[str, Any]:
     j = {k: v for k, v in ranking.judgement.__dict__.items() if k != "search"}
     sv = ranking.judgement.search
-    j["search"] = None if sv is None else {k: getattr(v, "tolist", lambda v=v: v)() for k, v in sv.__dict__.items()}
+    j["search"] = None if sv is None else sv.to_dict()  # trend, tests against uniform draws, front-loading
     return j
 
 
@@ -160,7 +160,16 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     data = ranking_json(ranking, effects, importance, written)
     confirmed = _confirmation(handle_or_study, ranking, out_dir, against)
     if confirmed is not None:
+        from dataclasses import asdict
+
+        from ._confirmed import primary_results
+
+        design = (confirmed[3].get("stage") or {}).get("design")
+        primary = [{k: v for k, v in asdict(c).items() if k not in ("sd_arch", "sd_against")}
+                   for c in primary_results(confirmed[0], design)]
         data["confirmed"] = {"report": "confirm/report.md", "racing": confirmed[2],
+                             "primary": jsonable(primary), "design": jsonable(design),
+                             "power": design.get("target_power") if design else None,
                              "rows": [jsonable(r.to_dict()) for r in confirmed[0].ranked]}
     (out_dir / files["json"]).write_text(json.dumps(data, indent=1) + "\n")
     (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top,

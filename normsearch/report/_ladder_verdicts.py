@@ -28,7 +28,7 @@ def _holm(p) -> str:
 
 
 def _side(stats, arch: str, other: str, d, ahead: bool, unit: str) -> str:
-    """How ``arch`` stands against ``other`` at one rung, e.g. 'ahead at r0 by 0.014 bits/byte (pooled
+    """How ``arch`` stands against ``other`` at one rung, e.g. 'ahead at r0 by 0.014 bits/byte (Welch
     t-test, Holm p = 0.002)'."""
     where = "ahead" if ahead else "behind"
     if d.by == "failures":
@@ -37,7 +37,7 @@ def _side(stats, arch: str, other: str, d, ahead: bool, unit: str) -> str:
                 f"{pb.n_runs} runs failed; Fisher's exact test, {_holm(d.p_holm)})")
     if d.diff is None or d.p_value is None:
         return f"{where} at {d.rung} by mean loss, untested (too few successful runs)"
-    test = {"pooled": "pooled contrast", "welch": "Welch t-test"}.get(d.method, d.method)
+    test = {"welch": "Welch t-test"}.get(d.method, d.method)
     return f"{where} at {d.rung} by {abs(d.diff):.4f} {unit} ({test}, {_holm(d.p_holm)})"
 
 
@@ -86,8 +86,9 @@ def caveat_lines(stats, labels: dict[str, str] | None = None) -> list[str]:
         else:
             cells = ", ".join(f"{name(a)} at {_md(r)} ({n})" for a, r, n in stats.few_seeds)
         out.append(f"- **Fewer than {FEW_SEEDS} successful seeds** behind {cells}. Such a mean's interval rests on "
-                   f"an SD estimated from so few runs (or borrowed from the rung's pool) that it is wide and itself "
-                   f"uncertain, and the intervals of tau, rho and the fits inherit it; more seeds would narrow them.")
+                   f"an SD estimated from so few runs (with one, its draws borrow the rung's pool) that it is wide and "
+                   f"itself uncertain, and the intervals of tau, rho and the fits inherit it; more seeds would narrow "
+                   f"them.")
     if stats.at_edge:
         cells = ", ".join(f"{name(a)} at {_md(r)} (lr {lr:g})" for a, r, lr in stats.at_edge)
         out.append(f"- **Chosen learning rate at an end of those trained** (the sweep with its extension): {cells}. "
@@ -129,9 +130,9 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
               f"Spearman's rho, 1 for the same order and -1 for the reverse. 95% percentile intervals from "
               f"{stats.n_draws} draws in which each architecture's mean at each rung is drawn from its own per-rung "
               f"uncertainty, mean + SE x t with the SD and degrees of freedom of its interval in the table above "
-              f"(pooled within the rung where variances may be pooled, its own otherwise; a mean of one successful "
-              f"run, which has no interval there, borrows the rung's pooled SD and its degrees of freedom), failure "
-              f"rates held fixed; seed {stats.seed}. Adjacent rungs in bold.", "",
+              f"(its own SD, never pooled; a mean of one successful run, which has no interval there, borrows the "
+              f"rung's pooled within-architecture SD and its degrees of freedom), failure rates held fixed; seed "
+              f"{stats.seed}. Adjacent rungs in bold.", "",
               "| rungs | architectures | left out (every run failed at both) | Kendall's tau [95%] | "
               "Spearman's rho [95%] |", "|---|---|---|---|---|"]
     for g in stats.agreements:

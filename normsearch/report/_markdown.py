@@ -36,8 +36,9 @@ PLOT_CAPTIONS = {
                    "rate of the sweep, its basin shaded. Right: the fraction of its runs that diverged or stalled "
                    "there."),
     "search_value": ("Did the search help?",
-                     "The sampler's best score after k searched trials against the expected best of k random draws "
-                     "from the same evaluated placements."),
+                     "Every proposal's score by proposal number: the sampler's random start-up and model-based "
+                     "proposals, the control proposals (uniform draws) where they came, failures on the top edge; "
+                     "the title gives the trend and the test against uniform draws."),
     "importance": ("Site importance",
                    "Optuna's parameter importance of the search-space choices (see Which sites matter)."),
     "site_effects": ("Mean score with minus without a norm, per site",

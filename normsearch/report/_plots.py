@@ -172,19 +172,25 @@ def attention_logits(rows) -> Any:
 def loss_vs_lr(rows) -> Any:
     """Side by side, per architecture: the mean loss over the successful runs against the learning
     rate (the basin, shaded where one was fitted), and the failure rate (diverged or stalled) there."""
+    from ..grid import variant_tag
+
     rows = [r for r in rows if r.lr_points]
     if not rows:
         return None
     fig, (ax, af) = _figure(width=11.0, ncols=2)
+    # the chosen cell's variant of the grid only (init, warmup): one curve per architecture
+    chosen = {r.arch_id: sorted((p for p in r.lr_points if p.variant == variant_tag(r.variant)), key=lambda p: p.lr)
+              for r in rows}
     style = _style(rows)
     for r in rows:
-        pts = [p for p in r.lr_points if p.mean is not None]
+        pts = [p for p in chosen[r.arch_id] if p.mean is not None]
         if pts:
             ax.plot([p.lr for p in pts], [p.mean for p in pts], marker="o", markersize=5, label=legend_label(r),
                     **style[r.arch_id])
         if r.lr_basin is not None:
             ax.axvspan(r.lr_basin_low, r.lr_basin_high, color=style[r.arch_id]["color"], alpha=0.08)
-        af.plot([p.lr for p in r.lr_points], [p.n_failed / p.n_runs if p.n_runs else 0.0 for p in r.lr_points],
+        af.plot([p.lr for p in chosen[r.arch_id]],
+                [p.n_failed / p.n_runs if p.n_runs else 0.0 for p in chosen[r.arch_id]],
                 marker="o", markersize=5, label=legend_label(r), **style[r.arch_id])
     n_lr = len({p.lr for r in rows for p in r.lr_points})
     sub = "successful runs only; shaded: the basin" if n_lr > 1 else "one learning rate only: no sweep"
@@ -199,18 +205,47 @@ def loss_vs_lr(rows) -> Any:
 
 
 def search_value(sv) -> Any:
-    """The sampler's best-so-far against the expected best of as many random draws from the placements
-    it evaluated."""
+    """Did the search help: every proposal's score by proposal number (start-up, model-based, controls
+    where they came, failures on the top edge), the best so far, and in the title the trend and the test
+    against uniform draws (:mod:`normsearch.stats.search_value`)."""
     if sv is None:
         return None
     import numpy as np
 
-    k = np.arange(1, len(sv.best_so_far) + 1)
+    from ..ranking import format_p
+
+    scores = np.asarray(sv.scores, float)
+    controls = np.asarray(sv.control_scores, float)
+    x = np.asarray(sv.orders, float)
+    xc = np.asarray(sv.control_at, float) - 0.5 if len(sv.control_at) == len(controls) else np.full(len(controls), -1.0)
+    finite = np.concatenate([scores[np.isfinite(scores)], controls[np.isfinite(controls)]])
+    if finite.size == 0:
+        return None
+    top = finite.max() + 0.08 * max(finite.max() - finite.min(), 1e-3)  # where failures are drawn
     fig, (ax,) = _figure()
-    ax.step(k, sv.best_so_far, where="post", color="C0", label="the sampler's best so far")
-    ax.plot(k, sv.expected_random, color="C7", linestyle="--", label="expected best of k random draws (same pool)")
+    best = np.minimum.accumulate(scores) if scores.size else scores
+    ax.step(x, np.where(np.isfinite(best), best, np.nan), where="post", color="C0", alpha=0.6,
+            label="the sampler's best so far")
+    kinds = np.asarray(sv.kinds)
+    for kind, style in (("startup", dict(facecolors="none", edgecolors="C7", label="start-up proposal (uniform draw)")),
+                        ("model", dict(color="C0", label="model-based proposal"))):
+        sel = kinds == kind if scores.size else np.zeros(0, bool)
+        if sel.any():
+            ax.scatter(x[sel], np.where(np.isfinite(scores[sel]), scores[sel], top), zorder=3, **style)
+    if controls.size:
+        ax.scatter(xc, np.where(np.isfinite(controls), controls, top), marker="D", color="C1", zorder=3,
+                   label="control proposal (uniform draw)")
+        ax.axhline(float(np.median(controls)), color="C1", linestyle="--", linewidth=1, label="median of the controls")
+    if not np.all(np.isfinite(scores)) or not np.all(np.isfinite(controls)):
+        ax.axhline(top, color="C3", linestyle=":", linewidth=1, label="failed or pruned (ranked worst)")
+    t, h = sv.trend, sv.headline
+    trend = (f"trend: Spearman ρ {t.rho:+.2f}, {format_p(t.p)}" if t is not None and t.rho is not None
+             else "trend: too few proposals")
+    test = (f"model-based vs {'controls' if h.against == 'control' else 'start-up'}: one-sided Mann-Whitney "
+            f"{format_p(h.p)}" if h is not None else "no test against uniform draws (too few)")
     _integer_x(ax)
-    _finish(ax, "Did the search help? (lower is better)", "searched trials k", f"best score so far ({UNIT})")
+    _finish(ax, f"Did the search help? (lower is better)\n{trend}; {test}", "proposal number",
+            f"architecture's score ({UNIT})")
     return fig
 
 

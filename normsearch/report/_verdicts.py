@@ -30,9 +30,15 @@ def comparison_sentence(c, unit: str = UNIT) -> str:
     if c.verdict == "equivalent":
         return (f"{c.arch} is equivalent to {c.against} within ±{c.margin:g} {unit}: difference {c.diff:+.3f} "
                 f"({ci}; both one-sided tests pass, Holm p = {c.p_tost_holm:.3g}).")
-    need = (f"about {c.seeds_needed} seeds per architecture would decide it at this variance"
-            if c.seeds_needed is not None else "more than 1000 seeds per architecture would be needed to decide it")
-    return (f"{c.arch} vs {c.against}: undecided, difference {c.diff:+.3f} {unit} ({ci}, {holm}{p_imp}); {need}.")
+    if c.se is None:
+        return (f"{c.arch} vs {c.against}: untested, difference {c.diff:+.3f} {unit} ({c.n_arch} and {c.n_against} "
+                f"successful seeds: a side with one run, or no spread at all, has no variance to test against).")
+    eq = f"; equivalent within ±{c.margin_equivalent:.3f} {unit} at best" if c.margin_equivalent is not None else ""
+    need = (f"about {c.seeds_needed} more seeds per architecture would decide it (80% power if the true difference "
+            f"were {c.diff_planned:+.3f}, the observed one shrunk toward 0)" if c.seeds_needed is not None
+            else "more than 1000 more seeds per architecture would be needed to decide it")
+    return (f"{c.arch} vs {c.against}: undecided, difference {c.diff:+.3f} {unit} ({ci}, {holm}{p_imp}){eq}; "
+            f"{need}.")
 
 
 def verdict_line(ranking: Ranking, a: str) -> str:
@@ -107,22 +113,25 @@ def judgement_lines(ranking: Ranking) -> list[str]:
     """How sure: the variance model, the family of claims, the rank posterior."""
     j = ranking.judgement
     lines = ["## How sure", ""]
-    if j.sigma is not None:
-        test = (f"{j.variance_test}'s test of equal variances, p = {j.variance_p:.3g}"
-                if j.variance_p is not None else "no test of equal variances (too few runs)")
-        lines.append(f"- **Noise**: the two-way model loss ~ architecture + seed over the successful runs at each "
-                     f"architecture's chosen learning rate leaves a residual SD of {j.sigma:.4f} {UNIT} with {j.df} "
-                     f"degrees of freedom ({test}). Intervals and comparisons use **{j.variance_method}** estimates.")
+    if j.seed_sd:
+        (lo, a), (hi, b) = min((v, k) for k, v in j.seed_sd.items()), max((v, k) for k, v in j.seed_sd.items())
+        lines.append(f"- **Noise**: every interval and comparison uses each architecture's own seed-to-seed SD (from "
+                     f"{lo:.4f} {UNIT} for {a} to {hi:.4f} for {b}); no SD is pooled and no test of equal variances "
+                     f"decides anything: **{j.variance_method}**. Runs are treated as independent: a seed effect "
+                     f"that architectures share is not removed, which can only widen the intervals.")
     else:
-        lines.append(f"- **Noise**: too few successful runs to pool a variance; intervals and comparisons are "
-                     f"{j.variance_method or 'not computed'}.")
+        lines.append("- **Noise**: no architecture has two successful runs at its chosen learning rate: no variance, "
+                     "so no interval and no test.")
     lines.append(f"- **Claims**: the {j.n_comparisons} comparisons with the baselines are one family. \"Beats\" and "
                  f"\"worse\" need a Holm-adjusted p < {j.alpha:g}; \"equivalent\" needs both one-sided tests (TOST) "
-                 f"within ±{j.margin:g} {UNIT} to pass under Holm; everything else is \"undecided\", with the seeds "
-                 f"per architecture that would decide it at this variance (80% power). Benjamini-Hochberg q-values "
-                 f"are given for screening.")
-    lines.append("- **Order**: P(best) and the 95% rank intervals come from draws of the pooled model's posterior, "
-                 "with the failure hurdle applied in every draw.")
+                 f"within ±{j.margin:g} {UNIT} to pass under Holm; everything else is \"undecided\", with the "
+                 f"smallest margin the data show equivalence within (the reach of the 90% interval of the "
+                 f"difference) and the seeds to add to each architecture that would decide it (80% power, planned "
+                 f"for the observed difference shrunk toward 0). Benjamini-Hochberg q-values are given for "
+                 f"screening.")
+    lines.append("- **Order**: P(best) and the 95% rank intervals come from independent draws of each "
+                 "architecture's mean (a t with its own SD and n - 1 df; one with a single successful run borrows "
+                 "the pooled within-architecture SD), with the failure hurdle applied in every draw.")
     if j.unigram_bpb is not None:
         lines.append(f"- **Stalls**: a model that learned only the training bytes' frequencies scores "
                      f"{j.unigram_bpb:.3f} {UNIT} on the windows the runs are scored on; a run that ends within "
@@ -152,16 +161,17 @@ def comparisons_section(ranking: Ranking) -> list[str]:
         comps = [c for r in ranking.ranked for c in r.comparisons if c.against == a]
         lines += [f"### Against `{a}`", "", verdict_line(ranking, a), ""]
         lines += ["- " + comparison_sentence(c) for c in comps if c.verdict != "undecided"]
-        lines += ["", "| label | seeds | difference | 95% CI | p | p (Holm) | q (BH) | P(better) | verdict | seeds to "
-                  "decide |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| label | seeds | difference | 95% CI | p | p (Holm) | q (BH) | P(better) | equivalent within | "
+                  "verdict | more seeds to decide (each) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in comps:
             ci = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if c.ci_low is not None else "-"
             diff = f"{c.diff:+.4f}" if c.diff is not None else "-"
-            need = ("-" if c.verdict != "undecided" or c.diff is None
+            need = ("-" if c.verdict != "undecided" or c.se is None
                     else str(c.seeds_needed) if c.seeds_needed else "> 1000")
+            eq = f"±{c.margin_equivalent:.4f}" if c.margin_equivalent is not None else "-"
             lines.append(f"| {_md(c.arch)} | {c.n} | {diff} | {ci} | {num(c.p_value, '{:.3g}')} | "
                          f"{num(c.p_holm, '{:.3g}')} | {num(c.q_bh, '{:.3g}')} | {num(c.p_improve, '{:.2f}')} | "
-                         f"{c.verdict} | {need} |")
+                         f"{eq} | {c.verdict} | {need} |")
         lines.append("")
     return lines
 
@@ -171,53 +181,170 @@ def _lr_cell(p) -> str:
     return f"{p.lr:g}: {num(p.mean)} ({fail})"
 
 
+def _by_cell(r: Row) -> str:
+    """The sweep, one group per variant of the grid: ``init small: 0.001: 3.1 (0/3); ...``."""
+    from ..grid import describe, parse_tag
+
+    tags = list(dict.fromkeys(p.variant for p in r.lr_points))
+    groups = []
+    for tag in tags:
+        cells = "; ".join(_lr_cell(p) for p in sorted(r.lr_points, key=lambda p: p.lr) if p.variant == tag)
+        groups.append(f"{describe(parse_tag(tag))}: {cells}" if tag else cells)
+    return "<br>".join(groups)
+
+
+def chosen_cell(r: Row) -> str:
+    """``0.003162, init small`` (the learning rate alone without a grid)."""
+    from ..grid import describe
+
+    return num(r.best_lr, "{:g}") + (f", {describe(r.variant)}" if r.variant else "")
+
+
 def learning_rate_lines(ranking: Ranking) -> list[str]:
     rows: list[Row] = [r for r in ranking.ranked if r.lr_points]
     if not rows:
         return []
+    res = ranking.recipe.train.lr_resolution if ranking.recipe is not None else None
     lines = ["## Failures and learning rates", "",
-             "Per architecture and learning rate: the mean loss over the successful runs and the failures (diverged "
-             "or stalled) out of the runs. **Basin**: the width, in decades of learning rate, over which a quadratic "
-             "fit in log learning rate stays within the tolerance of the architecture's own best (`-` with fewer "
-             "than three learning rates that had a successful run); it replaces the learning-rate sensitivity of "
-             "earlier reports, which mostly counted divergences.", "",
-             "| label | chosen lr | failed there [95% CI] | by learning rate | basin (decades) |",
-             "|---|---|---|---|---|"]
+             "Per architecture and cell of the tuned grid (learning rate, and init or warmup where the recipe tunes "
+             "them): the mean loss over the successful runs and the failures (diverged or stalled) out of the runs. "
+             "The **chosen cell** is the one rule's (docs/statistics.md): the lowest failure rate, then the lowest "
+             "mean. **Bracketed**: a trained neighbour with a successful run on each side of the chosen learning "
+             "rate" + (f", each within {res:g} decades" if res else "") + ". **Vertex**: where a quadratic in log "
+             "learning rate through the chosen cell and up to two neighbours on each side is lowest (`-`: fewer than "
+             "3 points, not convex, or outside them). **Basin**: the width, in decades, over which a quadratic fit "
+             "stays within the tolerance of the architecture's own best.", "",
+             "| label | chosen cell | bracketed | vertex | failed there [95% CI] | by cell | basin (decades) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         fail = f"{r.n_failed}/{r.n_failed + r.n_seeds} [{r.failure_ci_low:.2f}, {r.failure_ci_high:.2f}]"
         basin = num(r.lr_basin, "{:.2f}") + (f" ({r.lr_basin_low:.2g} to {r.lr_basin_high:.2g})"
                                              if r.lr_basin is not None else "")
-        lines.append(f"| {_md(r.label)} | {num(r.best_lr, '{:g}')} | {fail} | "
-                     f"{'; '.join(_lr_cell(p) for p in r.lr_points)} | {basin} |")
+        bracketed = "-" if r.lr_bracketed is None else "yes" if r.lr_bracketed else "**no**"
+        lines.append(f"| {_md(r.label)} | {chosen_cell(r)} | {bracketed} | {num(r.lr_vertex, '{:.3g}')} | {fail} | "
+                     f"{_by_cell(r)} | {basin} |")
     edge = [r for r in rows if at_sweep_edge(r)]
     if edge:
         lines += ["", "**At the edge of the sweep**: " + ", ".join(
-            f"`{r.label}` ({r.best_lr:g}, the {'highest' if r.best_lr == max(p.lr for p in r.lr_points) else 'lowest'}"
-            f" of {len(r.lr_points)} learning rates)" for r in edge)
+            f"`{r.label}` ({r.best_lr:g}, the {'highest' if r.best_lr == max(_lrs(r)) else 'lowest'}"
+            f" of {len(_lrs(r))} learning rates)" for r in edge)
             + ": the best learning rate of these was the last one tried in its direction, so their optimum was not "
               "bracketed: it may lie beyond the trained range, where a wider sweep could find a lower loss "
-              "(`train.lr: {low, high, points, extend}` extends a sweep past an end that holds the best)."]
-    return lines + [""]
+              "(`train.lr: {low, high, points, extend, resolution}` extends a sweep past an end that holds the "
+              "best and refines it around the chosen cell)."]
+    return lines + [""] + cell_gap_lines(ranking)
+
+
+def _lrs(row: Row) -> list[float]:
+    """The learning rates of the chosen cell's variant."""
+    from ..grid import variant_tag
+
+    tag = variant_tag(row.variant)
+    return [p.lr for p in row.lr_points if p.variant == tag]
 
 
 def at_sweep_edge(row: Row) -> bool:
-    """Whether the row's chosen learning rate is an end of the ones it trained (:func:`unbracketed`)."""
+    """Whether the row's chosen learning rate is an end of the ones its variant trained (:func:`unbracketed`)."""
     from ..stats.outcomes import unbracketed
 
-    return unbracketed(row.best_lr, [p.lr for p in row.lr_points])
+    return unbracketed(row.best_lr, _lrs(row))
+
+
+def cell_gap_lines(ranking: Ranking) -> list[str]:
+    """Every compared pair's gap at each architecture's loss-optimal cell (over successful runs, whatever
+    failed there) and at its failure-free cell, with the failure rates beside: the verdicts are at the
+    chosen cells, and a gap that only one of these shows is the choice of cell's, not the architecture's."""
+    rows = {r.label: r for r in ranking.ranked}
+    pairs = [(r, rows[c.against]) for r in ranking.ranked for c in r.comparisons if c.against in rows]
+    if not pairs:
+        return []
+
+    def at(cell):
+        return (f"{cell['mean']:.4f} ({cell['n_failed']}/{cell['n_failed'] + cell['n_ok']} failed, lr "
+                f"{cell['lr']:g})" if cell else "-")
+
+    def gap(a, b):
+        return f"{a['mean'] - b['mean']:+.4f}" if a and b else "-"
+
+    lines = ["### Gaps at the loss-optimal and the failure-free cells", "",
+             "Each architecture's **loss-optimal** cell has the lowest mean over its successful runs whatever "
+             "failed there; its **failure-free** cell, the lowest mean where no run failed (`-`: every cell had a "
+             "failure). Means of successful runs; no failed run enters them. The verdicts above are at the chosen "
+             "cells; these are point estimates beside them.", "",
+             f"| architecture | against | gap, loss-optimal ({UNIT}) | architecture there | baseline there | "
+             f"gap, failure-free | architecture there | baseline there |", "|---|---|---|---|---|---|---|---|"]
+    for a, b in pairs:
+        lines.append(f"| {_md(a.label)} | {_md(b.label)} | {gap(a.loss_optimal, b.loss_optimal)} | "
+                     f"{at(a.loss_optimal)} | {at(b.loss_optimal)} | {gap(a.failure_free, b.failure_free)} | "
+                     f"{at(a.failure_free)} | {at(b.failure_free)} |")
+    return lines + [""]
 
 
 def search_lines(ranking: Ranking) -> list[str]:
+    """"Did the search help?": the trend over proposal order and the sampler's proposals against
+    uniform draws, each with its p-value and what it supports (:mod:`normsearch.stats.search_value`)."""
     sv = ranking.judgement.search
     if sv is None:
         return []
-    n = len(sv.best_so_far)
-    ahead = {"ahead": "ahead of", "behind": "behind", "even": "level with"}[sv.verdict]
-    reached = (f" It reached the best of its pool after {sv.k_reached_best} trial(s); random order would have by then "
-               f"with probability {sv.p_random_by_then:.2f}." if sv.k_reached_best else "")
-    return ["## Did the search help?", "",
-            f"Over its {n} searched trials the sampler's best-so-far was **{ahead}** the expected best of as many "
-            f"random draws from the same evaluated placements (better at {sv.n_ahead} of {n} trial counts, worse at "
-            f"{sv.n_behind}; mean gap {sv.mean_gap:+.4f} {UNIT}, negative is better).{reached} This compares the "
-            f"order of the search with random order over what it evaluated; it says nothing of placements it "
-            f"never proposed.", ""]
+    lines = ["## Did the search help?", "", "- " + _trend_sentence(sv.trend, len(sv.scores))]
+    n_model = sv.n_model
+    if sv.vs_control is not None:
+        lines.append("- " + _shift_sentence(sv.vs_control, "the control proposals (uniform draws from the space, "
+                                                          "trained beside them)"))
+    elif sv.n_controls:
+        lines.append(f"- Too few to compare with the {sv.n_controls} control proposal(s): the test needs 2 or more "
+                     f"model-based proposals ({n_model} here) and 2 or more controls.")
+    else:
+        lines.append("- No control proposals (`search.control: 0`): `search.control: K` trains K uniform draws from "
+                     "the space beside the sampler's proposals, the comparison this section is built for.")
+    if sv.vs_startup is not None:
+        lines.append("- " + _shift_sentence(sv.vs_startup, "its own random start-up proposals (uniform draws too, "
+                                                          "made before its model took over)"))
+    failed = sum(1 for v in sv.scores if v == float("inf")) + sum(1 for v in sv.control_scores if v == float("inf"))
+    counted = (f"{len(sv.scores)} proposals of the sampler ({sv.n_startup} start-up, {n_model} model-based) and "
+               f"{sv.n_controls} control proposal(s), each scored by its architecture's mean; a repeat of an "
+               f"evaluated architecture counts (it was proposed), baselines do not.")
+    if failed:
+        counted += (f" {failed} of them failed (every run diverged or stalled, or pruned): they rank as the worst, "
+                    f"tied, and a median or shift over them may be infinite.")
+    lines += ["", "Counted: " + counted]
+    f = sv.front_loading
+    if f is not None:
+        n = len(f.best_so_far)
+        lines += ["", f"Front-loading, which is not a measure of help: the sampler's best-so-far was ahead of the "
+                      f"expected best of as many draws in random order from its own proposals at {f.n_ahead} of {n} "
+                      f"counts and behind at {f.n_behind} (mean gap {f.mean_gap:+.4f} {UNIT}). A sampler that "
+                      f"learns finds its best late, and is behind there."]
+    return lines + [""]
+
+
+def _score(v) -> str:
+    return "∞ (a failure)" if v is None or v == float("inf") else f"{v:.4f}"
+
+
+def _trend_sentence(t, n: int) -> str:
+    if t is None:
+        return f"**No trend to test**: {n} proposal(s) of the sampler, 3 or more with different scores needed."
+    stats = (f"Spearman's ρ of proposal number against score {t.rho:+.2f} over {t.n} proposals "
+             f"({format_p(t.p)}{', exact' if t.exact else ''}; Kendall's τ {num(t.tau, '{:+.2f}')}, "
+             f"{format_p(t.tau_p)})")
+    if t.verdict == "improving":
+        return f"**The sampler's proposals scored lower as the search went on**: {stats}."
+    if t.verdict == "worsening":
+        return f"**The sampler's proposals scored higher (worse) as the search went on**: {stats}."
+    return f"**No evidence of a trend** either way over proposal order: {stats}."
+
+
+def _shift_sentence(c, against: str) -> str:
+    stats = (f"median {_score(c.median)} vs {_score(c.median_against)} {UNIT} (difference "
+             f"{num(c.median_diff, '{:+.4f}')}), Hodges-Lehmann shift {num(c.shift, '{:+.4f}')}"
+             + (f" [{c.shift_low:+.4f}, {c.shift_high:+.4f}]" if c.shift_low is not None else " (too few pairs for "
+                "an interval)") + f"; {c.n} against {c.n_against}")
+    if c.verdict == "lower":
+        return (f"**The sampler's model-based proposals scored lower than {against}**: one-sided Mann-Whitney "
+                f"{format_p(c.p)}; {stats}.")
+    if c.verdict == "higher":
+        return (f"**The sampler's model-based proposals scored higher (worse) than {against}**: one-sided "
+                f"Mann-Whitney {format_p(c.p_higher)} for higher ({format_p(c.p)} for lower); {stats}.")
+    return (f"**No evidence either way** that the sampler's model-based proposals scored lower than {against}: "
+            f"one-sided Mann-Whitney {format_p(c.p)}; {stats}.")

@@ -7,7 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import A_ARCH, A_BASELINE, A_FAILED, A_HEARTBEAT, A_LABEL, A_REUSED, A_WORKER, run_keys
+from ..grid import plan
+from ..records import A_ARCH, A_BASELINE, A_CONTROL, A_FAILED, A_HEARTBEAT, A_LABEL, A_REUSED, A_WORKER, run_keys
 from ..storage import mask, retry
 
 
@@ -18,6 +19,8 @@ class Census:
     done: dict[str, Any] = field(default_factory=dict)  # key (arch_id; a stage's task) -> first finished trial
     baselines_done: set[str] = field(default_factory=set)
     baseline_archs: set[str] = field(default_factory=set)
+    searched: set[str] = field(default_factory=set)  # keys of finished trials that are not baselines nor controls
+    controls_done: set[int] = field(default_factory=set)  # control proposals (search.control) finished, by index
     running: list[Any] = field(default_factory=list)
     waiting: list[Any] = field(default_factory=list)
     failed: list[Any] = field(default_factory=list)
@@ -25,7 +28,9 @@ class Census:
 
     @property
     def searched_done(self) -> int:
-        return len(set(self.done) - self.baseline_archs)
+        """Distinct architectures the search found: not the baselines', nor the ones only control
+        proposals drew (they come on top of search.trials)."""
+        return len(self.searched - self.baseline_archs)
 
     def status_line(self) -> str:
         """``best 2.8946 (t6)  best baseline 2.8986 (hybridnorm)``, from the objective values."""
@@ -66,6 +71,10 @@ def census(study, exclude_number: int | None = None, trials: list | None = None,
             c.done.setdefault(ua[key], t)
             if ua.get(A_BASELINE):
                 c.baselines_done.add(ua[A_BASELINE])
+            elif ua.get(A_CONTROL) is not None:
+                c.controls_done.add(int(ua[A_CONTROL]))
+            else:
+                c.searched.add(ua[key])
         elif t.state == TrialState.RUNNING:
             c.running.append(t)
         elif t.state == TrialState.WAITING:
@@ -85,7 +94,9 @@ def status_text(handle) -> str:
     lines = [
         f"study {study.study_name!r} in {mask(handle.storage_url)}",
         f"  architectures: {len(c.done)} finished ({len(c.baselines_done)}/{len(r.search.baselines)} baselines, "
-        f"{c.searched_done}/{r.search.trials} searched)",
+        f"{c.searched_done}/{r.search.trials} searched"
+        + (f", {len(c.controls_done)}/{max(r.search.control, len(c.controls_done))} controls: uniform draws, "
+           f"labelled c<j>)" if r.search.control or c.controls_done else ")"),
         "  trials: " + ", ".join(f"{states.get(k, 0)} {k.lower()}" for k in ("COMPLETE", "PRUNED", "RUNNING", "FAIL",
                                                                           "WAITING")),
     ]
@@ -98,8 +109,11 @@ def status_text(handle) -> str:
         beat = ua.get(A_HEARTBEAT)
         ago = f", heartbeat {time.time() - beat:.0f} s ago" if beat else ""
         done = len(run_keys(ua))
-        lines.append(f"  running: trial {t.number} {ua.get(A_LABEL, '')} [{ua.get(A_ARCH, '?')}] "
-                     f"on {ua.get(A_WORKER, '?')}, run {done + 1}/{len(r.train.runs)}{ago}")
+        control = " (control)" if ua.get(A_CONTROL) is not None else ""
+        planned = len(plan(r.train, ua.get(A_BASELINE)))  # before the sweep refines around the chosen cell
+        of = f"{planned}" if not (r.train.lr_extend or r.train.lr_resolution) else f"{planned}+"
+        lines.append(f"  running: trial {t.number} {ua.get(A_LABEL, '')}{control} [{ua.get(A_ARCH, '?')}] "
+                     f"on {ua.get(A_WORKER, '?')}, run {done + 1}/{of}{ago}")
     failed = Counter((t.user_attrs.get(A_FAILED) or "error").split(":")[0] for t in c.failed)
     if failed:
         lines.append("  failed: " + ", ".join(f"{n} {why}" for why, n in failed.items()))

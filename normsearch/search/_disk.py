@@ -26,8 +26,8 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_path(runs_dir: Path, arch: str, seed: int, lr: float, suffix: str = ".json") -> Path:
-    return runs_dir / arch / f"{run_stem(seed, lr)}{suffix}"
+def run_path(runs_dir: Path, arch: str, seed: int, lr: float, suffix: str = ".json", tag: str = "") -> Path:
+    return runs_dir / arch / f"{run_stem(seed, lr, tag)}{suffix}"
 
 
 def read_run(path: Path) -> RunResult:
@@ -68,8 +68,8 @@ def sync_local_results(handle) -> int:
             continue
         runs = {}
         for key in record.runs:
-            seed, lr = parse_run_key(key)
-            f = path.parent / f"seed{seed}_lr{lr}.json"
+            seed, lr, tag = parse_run_key(key)
+            f = path.parent / f"seed{seed}_lr{lr}{'_' + tag if tag else ''}.json"
             if f.is_file():
                 runs[key] = read_run(f).compact()
         if len(runs) != len(record.runs):
@@ -80,13 +80,16 @@ def sync_local_results(handle) -> int:
     return sent
 
 
-def keep_best_checkpoint(handle, arch: str, seed: int, lr: float, value: float) -> None:
-    """Keep the weights of the best seed at the best learning rate as checkpoints/<arch>.safetensors,
-    and drop the other runs' weights."""
-    src = run_path(handle.runs_dir, arch, seed, lr, ".safetensors")
+def keep_best_checkpoint(handle, arch: str, seed: int, lr: float, value: float, variant: dict | None = None) -> None:
+    """Keep the weights of the best seed at the chosen cell as checkpoints/<arch>.safetensors, and drop
+    the other runs' weights."""
+    from ..grid import variant_tag
+
+    src = run_path(handle.runs_dir, arch, seed, lr, ".safetensors", variant_tag(variant or {}))
     if src.is_file():
         handle.checkpoints_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, handle.checkpoints_dir / f"{arch}.safetensors")
-        write_json(handle.checkpoints_dir / f"{arch}.json", {"arch_id": arch, "seed": seed, "lr": lr, "value": value})
+        write_json(handle.checkpoints_dir / f"{arch}.json", {"arch_id": arch, "seed": seed, "lr": lr, "value": value,
+                                                              **({"variant": variant} if variant else {})})
     for f in (handle.runs_dir / arch).glob("*.safetensors"):
         f.unlink()

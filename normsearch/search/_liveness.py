@@ -15,7 +15,7 @@ import threading
 import time
 
 from .. import storage as _storage
-from ..records import A_BASELINE, A_FAILED, A_HEARTBEAT, A_LABEL, A_PROPOSAL, A_WORKER
+from ..records import A_BASELINE, A_CONTROL, A_FAILED, A_HEARTBEAT, A_LABEL, A_PROPOSAL, A_WORKER
 from ..storage import retry
 from . import _optuna
 
@@ -121,15 +121,15 @@ def reap_dead_trials(study, grace: float, heartbeat: float | None = None) -> lis
 
 
 def enqueue_retry(study, t) -> None:
-    """Enqueue a failed trial's point again (its baseline name, label and proposal number kept), at most
-    MAX_RETRIES times."""
+    """Enqueue a failed trial's point again (its baseline name, control index, label and proposal number
+    kept), at most MAX_RETRIES times."""
     import optuna
 
     history = list(t.system_attrs.get("retry_history", [])) + [t.number]
     if len(history) > MAX_RETRIES:
         log.warning("trial %d failed %d times; not retrying it again", t.number, len(history))
         return
-    keep = {k: v for k, v in t.user_attrs.items() if k in (A_BASELINE, A_LABEL, A_PROPOSAL)}
+    keep = {k: v for k, v in t.user_attrs.items() if k in (A_BASELINE, A_CONTROL, A_LABEL, A_PROPOSAL)}
     retry(lambda: study.add_trial(optuna.trial.create_trial(
         state=optuna.trial.TrialState.WAITING, params=t.params, distributions=t.distributions,
         user_attrs=keep, system_attrs={"failed_trial": t.number, "retry_history": history},

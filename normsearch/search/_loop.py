@@ -27,8 +27,11 @@ from typing import Any
 
 from .. import storage as _storage
 from ..errors import NormsearchError, Terminated
-from ..records import (A_ARCH, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_PROPOSAL, A_WORKER, ArchRecord,
-                       RunResult, run_key)
+from ..grid import RunSpec, next_points, parse_tag, variant_tag
+from ..grid import apply as apply_variant
+from ..grid import plan as grid_plan
+from ..records import (A_ARCH, A_BASELINE, A_FAILED, A_LABEL, A_LR_EXTENDED, A_PLACEMENT, A_PROPOSAL, A_WORKER,
+                       ArchRecord, RunResult, run_key)
 from ..scoring import score_runs
 from ..spec import Placement
 from ..storage import retry
@@ -190,13 +193,13 @@ class Search:
             return self.release(trial, "the requested architectures are done")
 
         with Heartbeat(self.study, tid, s.heartbeat):
-            state, runs, score = self.train(trial, task.placement, task.arch_id, task.label, task.train)
+            state, runs, score = self.train(trial, task.placement, task.arch_id, task.label, task.train, task.baseline)
         record.state = state.name
         record.values = None if state == TrialState.PRUNED else self.source.values(self, score)
         record.score = score.to_dict() if score else None
         record.params = dict(trial.params)
         record.distributions = {k: _dist_json(d) for k, d in trial.distributions.items()}
-        record.runs = [run_key(r.seed, r.lr) for r in runs]
+        record.runs = [run_key(r.seed, r.lr, variant_tag(r.variant)) for r in runs]
         write_json(self.source.record_path(self, trial, task), record.to_json())  # on disk before storage
         attrs = record.result_attrs()
         try:
@@ -249,21 +252,23 @@ class Search:
                         workers, t.threads, cores(), workers, max(1, cores() // workers))
         return t
 
-    def _train_one(self, placement, t, seed: int, lr: float, label: str, path: Path, on_eval=None) -> RunResult:
+    def _train_one(self, placement, t, run: RunSpec, label: str, path: Path, on_eval=None) -> RunResult:
         """Train one run (its claim held by the caller) and write it to disk unless pruned."""
         from ..train import train_run
 
-        result = train_run(placement, self.recipe.model, self.recipe.data, t, seed=seed, lr=lr,
+        model, t = apply_variant(self.recipe.model, t, run.tag)
+        result = train_run(placement, model, self.recipe.data, t, seed=run.seed, lr=run.lr,
                            tokens=self._tokens(), progress=self.display, on_eval=on_eval, verbose=self.verbose,
                            checkpoint=path.with_suffix(".safetensors"), label=label,
                            log_dir=self.handle.folder / "logs", log_group=self.recipe.name,
                            test_bytes=self.source.test_bytes())
         result.worker = self.worker
+        result.variant = parse_tag(run.tag)
         if not result.pruned:
             write_json(path, result.to_dict())
         return result
 
-    def _await_run(self, placement, t, seed: int, lr: float, label: str, path: Path) -> RunResult:
+    def _await_run(self, placement, t, run: RunSpec, label: str, path: Path) -> RunResult:
         """A run another worker on this host has claimed: its result once on disk, or trained here
         when that worker died (its claim goes stale) or gave the run up."""
         while True:
@@ -272,15 +277,16 @@ class Search:
             claim = try_claim(path, self.worker)
             if claim is not None:
                 with claim:
-                    return self._train_one(placement, t, seed, lr, label, path)
+                    return self._train_one(placement, t, run, label, path)
             time.sleep(0.2)
 
-    def train(self, trial, placement: Placement, arch: str, label: str, t):
-        """Every (seed, lr) run of the architecture under training settings ``t``; runs already on disk
-        are not redone, runs that a helper on this host is training are waited for. The result is the
-        same as if this worker had trained every run itself, in order. Then the extending sweep:
-        while the best learning rate is at an end of the sweep, one more point beyond it (up to
-        ``t.lr_extend`` points), recorded on the trial."""
+    def train(self, trial, placement: Placement, arch: str, label: str, t, baseline: str | None = None):
+        """Every run of the architecture over the tuned grid (:func:`normsearch.grid.plan`) under
+        training settings ``t``; runs already on disk are not redone, runs that a helper on this host is
+        training are waited for. The result is the same as if this worker had trained every run itself,
+        in order. Then the sweep is refined around the chosen cell (:func:`normsearch.grid.next_points`:
+        a point past an end that holds it, up to ``t.lr_extend`` per variant, and midpoints towards
+        neighbours farther than ``t.lr_resolution``), the added cells recorded on the trial."""
         from optuna.trial import TrialState
 
         tid = _optuna.trial_id(trial)
@@ -290,7 +296,7 @@ class Search:
         results: dict[int, RunResult] = {}
         deferred: list[int] = []
         state = TrialState.COMPLETE
-        plan = list(t.runs)  # grows with the extending sweep
+        plan = grid_plan(t, baseline)  # grows as the sweep is refined
         multi = len(self.handle.study.directions) > 1
 
         def on_eval_at(i):
@@ -309,52 +315,58 @@ class Search:
                     if on_eval_at(i)(point["step"], point["val_bpb"]):
                         pruned = True
                         break
-            seed, lr = plan[i]
-            set_attrs(self.study, tid, {run_key(seed, lr): result.compact()})
+            set_attrs(self.study, tid, {run_key(*plan[i]): result.compact()})
             results[i] = result
             return pruned
 
+        def path_of(i) -> Path:
+            seed, lr, tag = plan[i]
+            return run_path(self.handle.runs_dir, arch, seed, lr, tag=tag)
+
         def run(i, may_defer: bool) -> bool | None:
             """Train (or read, or wait for) run i; None when deferred to a helper."""
-            seed, lr = plan[i]
-            path = run_path(self.handle.runs_dir, arch, seed, lr)
+            path = path_of(i)
             claim = None if path.is_file() else try_claim(path, self.worker)
             if claim is not None:
                 with claim:
-                    return finish(i, self._train_one(placement, t, seed, lr, label, path, on_eval_at(i)), True)
+                    return finish(i, self._train_one(placement, t, plan[i], label, path, on_eval_at(i)), True)
             if path.is_file():
                 clear_stale(path)
                 return finish(i, read_run(path), False)
             if may_defer:  # a helper trains it: take the next one meanwhile
                 deferred.append(i)
                 return None
-            return finish(i, self._await_run(placement, t, seed, lr, label, path), False)
+            return finish(i, self._await_run(placement, t, plan[i], label, path), False)
 
-        for i in range(len(plan)):
-            if run(i, share):
+        def run_all(start: int) -> bool:
+            """Runs start.. of the plan; True when one was pruned."""
+            deferred.clear()
+            for i in range(start, len(plan)):
+                if run(i, share):
+                    return True
+            for i in list(deferred):
+                if finish(i, self._await_run(placement, t, plan[i], label, path_of(i)), False):
+                    return True
+            return False
+
+        if run_all(0):
+            state = TrialState.PRUNED
+        added: list = []
+        while state == TrialState.COMPLETE:
+            cells = refinement([results[i] for i in sorted(results)], t)
+            if not cells:
+                break
+            added.extend([lr, tag] if tag else lr for lr, tag in cells)
+            set_attrs(self.study, tid, {A_LR_EXTENDED: added})
+            start = len(plan)
+            plan.extend(RunSpec(seed, lr, tag) for lr, tag in cells for seed in t.seeds)
+            if run_all(start):
                 state = TrialState.PRUNED
-                break
-        for i in deferred:
-            seed, lr = plan[i]
-            finish(i, self._await_run(placement, t, seed, lr, label, run_path(self.handle.runs_dir, arch, seed, lr)),
-                   False)
-        extended: list[float] = []
-        while state == TrialState.COMPLETE and len(extended) < t.lr_extend:
-            lr = extension([results[i] for i in sorted(results)], t, self.recipe.search.objective)
-            if lr is None:
-                break
-            extended.append(lr)
-            set_attrs(self.study, tid, {A_LR_EXTENDED: extended})
-            for seed in t.seeds:
-                plan.append((seed, lr))
-                if run(len(plan) - 1, False):
-                    state = TrialState.PRUNED
-                    break
         runs = [results[i] for i in sorted(results)]
         score = score_runs(runs, self.recipe.search.objective) if state == TrialState.COMPLETE else None
-        if score is not None:
+        if score is not None and score.seeds_at_best:
             seed = min(score.seeds_at_best, key=score.seeds_at_best.__getitem__)
-            keep_best_checkpoint(self.handle, arch, seed, score.best_lr, score.seeds_at_best[seed])
+            keep_best_checkpoint(self.handle, arch, seed, score.best_lr, score.seeds_at_best[seed], score.variant)
         return state, runs, score
 
     def train_a_shared_run(self, c) -> bool:
@@ -372,13 +384,16 @@ class Search:
             arch = ua[A_ARCH]
             if placement.arch_id(L) != arch:
                 continue
-            for seed, lr in reversed(self.source.runs_of(self, tr)):
-                path = run_path(self.handle.runs_dir, arch, seed, lr)
+            t = self.source.train_of(self, tr)
+            if t is None:
+                continue
+            for spec in reversed(grid_plan(t, ua.get(A_BASELINE))):
+                path = run_path(self.handle.runs_dir, arch, spec.seed, spec.lr, tag=spec.tag)
                 claim = None if path.is_file() else try_claim(path, self.worker)
                 if claim is None:
                     continue
                 with claim:
-                    self._train_one(placement, self.train_config(), seed, lr, ua.get(A_LABEL) or arch, path)
+                    self._train_one(placement, t, spec, ua.get(A_LABEL) or arch, path)
                 return True
         return False
 
@@ -390,19 +405,14 @@ class Search:
         return self.tokens
 
 
-def extension(runs: list[RunResult], t, objective: str = "mean") -> float | None:
-    """The next point of the extending sweep: one step of the sweep's ratio beyond its end when the
-    best learning rate so far is at that end; None when it is inside (or the sweep has one point)."""
-    ratio = t.lr_ratio
-    if ratio is None or not runs:
-        return None
-    lrs = sorted({float(r.lr) for r in runs})
-    best = score_runs(runs, objective).best_lr
-    if best == lrs[-1]:
-        return float(f"{lrs[-1] * ratio:.4g}")
-    if best == lrs[0]:
-        return float(f"{lrs[0] / ratio:.4g}")
-    return None
+def refinement(runs: list[RunResult], t) -> list[tuple[float, str]]:
+    """The cells (learning rate, variant tag) the sweep adds next around the chosen cell, by the one
+    rule (:func:`normsearch.grid.next_points`); empty when it is bracketed or may not grow."""
+    from ..scoring import arch_sweep
+
+    if not runs or len(t.lr) < 2 or (not t.lr_extend and t.lr_resolution is None):
+        return []
+    return next_points(arch_sweep(runs), t.lr, t.lr_resolution, t.lr_extend)
 
 
 def _dist_json(d) -> str:
@@ -427,4 +437,4 @@ def run_study(recipe, *, storage: str | None = None, display=None, verbose: bool
     return handle
 
 
-__all__ = ["Search", "StudyInterrupted", "Task", "TaskSource", "extension", "run_study", "set_attrs"]
+__all__ = ["Search", "StudyInterrupted", "Task", "TaskSource", "refinement", "run_study", "set_attrs"]

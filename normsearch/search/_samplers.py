@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 
 from ..recipe import Recipe
-from ..records import A_BASELINE, A_REUSED
+from ..records import A_BASELINE, A_CONTROL, A_REUSED
 
 
 def make_sampler(recipe: Recipe, seed: int):
@@ -34,13 +34,30 @@ def _gp(s, seed):
                             s.startup_trials, seed)
 
 
-def searched_trials(study) -> int:
+def searched_trials(trials) -> int:
     """Finished trials that the sampler proposed and that were trained: not the enqueued baselines
-    (attr ``baseline``), not the repeated proposals that reused a stored result (``reused_from``)."""
-    from optuna.trial import TrialState
+    (attr ``baseline``), not the control proposals (``control``), not the repeated proposals that
+    reused a stored result (``reused_from``)."""
+    return sum(1 for t in trials if t.state.name in ("COMPLETE", "PRUNED") and not t.user_attrs.get(A_BASELINE)
+               and t.user_attrs.get(A_CONTROL) is None and t.user_attrs.get(A_REUSED) is None)
 
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-               if not t.user_attrs.get(A_BASELINE) and t.user_attrs.get(A_REUSED) is None)
+
+def startup_decision(startup: int, trials) -> bool:
+    """Whether a proposal made with ``trials`` in the study is a random start-up one (TPE, GP): fewer
+    than ``startup`` searched trials finished (:func:`searched_trials`), or no trial with a value."""
+    done = searched_trials(trials)
+    finished = done or any(t.state.is_finished() and t.values is not None for t in trials)
+    return done < startup or not finished
+
+
+def is_startup(recipe, trials) -> bool | None:
+    """Whether the recipe's sampler, asked with ``trials`` in the study (under ``search.reproducible``:
+    the trials the proposal sees), draws uniformly at random: TPE and GP before their start-up is done,
+    the random sampler always; None for a sampler with no such phase (grid, NSGA-II)."""
+    s = recipe.search
+    if s.sampler in ("tpe", "gp"):
+        return startup_decision(s.startup_trials, trials)
+    return True if s.sampler == "random" else None
 
 
 def searched_startup(model, startup: int, seed: int):
@@ -60,10 +77,7 @@ def searched_startup(model, startup: int, seed: int):
 
         def is_startup(self, study, trial) -> bool:
             if trial.number not in self._random_trials:
-                done = searched_trials(study)
-                finished = done or any(t.state.is_finished() and t.values is not None
-                                       for t in study.get_trials(deepcopy=False))
-                self._random_trials[trial.number] = done < self.startup or not finished
+                self._random_trials[trial.number] = startup_decision(self.startup, study.get_trials(deepcopy=False))
             return self._random_trials[trial.number]
 
         def infer_relative_search_space(self, study, trial):

@@ -92,6 +92,7 @@ class TaskSource:
         """Score runs on a test split of this many bytes, or None (validation)."""
         return None
 
-    def runs_of(self, search, trial) -> list[tuple[int, float]]:
-        """The (seed, lr) runs another worker's trial trains (what a helper may take)."""
-        return search.recipe.train.runs
+    def train_of(self, search, trial):
+        """The training settings of another worker's trial (its runs are what a helper may take);
+        None when it has no task."""
+        return search.train_config()

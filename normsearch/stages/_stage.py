@@ -26,6 +26,7 @@ from ..recipe import Recipe
 from ..records import A_BASELINE, A_LRS, A_SEEDS, A_TASK, STAGE_SEP, run_keys
 from ..search import Search, StudyHandle, TaskSource, census
 from ..search import Task as SearchTask
+from ..grid import parse_tag, variant_tag
 from ..spec import Placement
 from ..storage import open_storage, retry
 
@@ -49,6 +50,7 @@ class Entry:
     search_ci: tuple[float | None, float | None] = (None, None)
     search_seeds: int = 0
     chosen_by: str | None = None  # a found placement: the ranking that put it in the top K ("confirmation", "search")
+    variant: dict = field(default_factory=dict)  # the chosen cell's variant of the tuned grid (init, warmup)
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,12 @@ class Task:
     baseline: str | None
     seeds: tuple[int, ...]
     lrs: tuple[float, ...]
+    tag: str = ""  # the variant of the tuned grid its runs train in (normsearch.grid.variant_tag)
 
     @property
     def key(self) -> str:
-        return f"{self.arch_id}|{','.join(map(str, self.seeds))}|{','.join(map(repr, self.lrs))}"
+        key = f"{self.arch_id}|{','.join(map(str, self.seeds))}|{','.join(map(repr, self.lrs))}"
+        return key + (f"|{self.tag}" if self.tag else "")
 
 
 @dataclass
@@ -80,15 +84,17 @@ class Stage:
     decide: Any = None  # racing's rule: (handle, stage, racing) -> the next round (normsearch.stages.racing)
     lr_extend: int = 0  # the extending sweep within each task (a ladder's rung)
     rounds: list[dict] = field(default_factory=list)
+    design: dict | None = None  # the confirmation's: its primary contrasts and the power its seeds give
 
     def tasks(self) -> list[Task]:
-        out = [Task(e.label, e.arch_id, e.placement, e.baseline, tuple(self.seeds), tuple(e.lr))
+        out = [Task(e.label, e.arch_id, e.placement, e.baseline, tuple(self.seeds), tuple(e.lr), variant_tag(e.variant))
                for e in self.entries]
         by_label = {e.label: e for e in self.entries}
         for rnd in self.rounds:
             for label, seed in rnd.get("added", []):
                 e = by_label[label]
-                out.append(Task(e.label, e.arch_id, e.placement, e.baseline, (int(seed),), tuple(e.lr)))
+                out.append(Task(e.label, e.arch_id, e.placement, e.baseline, (int(seed),), tuple(e.lr),
+                                variant_tag(e.variant)))
         return out
 
 
@@ -195,12 +201,15 @@ def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any",
             if stored is not None:
                 _check_settings(parent, kind, stored, settings)
     if stored is None:
-        retry(lambda: study.set_user_attr(A_STAGE, {"kind": kind, "settings": settings, "seeds": stage.seeds,
-                                                     "entries": [asdict(e) for e in stage.entries]}), "save the stage")
+        info = {"kind": kind, "settings": settings, "seeds": stage.seeds, "entries": [asdict(e) for e in stage.entries]}
+        if stage.design is not None:
+            info["design"] = stage.design
+        retry(lambda: study.set_user_attr(A_STAGE, info), "save the stage")
     else:
         stage.entries = [Entry(**{**e, "search_ci": tuple(e.get("search_ci") or (None, None))})
                          for e in stored["entries"]]
         stage.seeds = list(stored["seeds"])
+        stage.design = stored.get("design")
     stage.rounds = stored_rounds(study)
     handle = StudyHandle(stage.recipe, study, parent.storage_url, parent.folder / kind)
     return handle, stage
@@ -259,8 +268,7 @@ class StageTasks(TaskSource):
         task = self.tasks().get(trial.user_attrs.get(A_TASK))
         if task is None:  # a trial asked for without a task (after a failure): nothing to do
             return None
-        t = search.train_config(seeds=list(task.seeds), lr=list(task.lrs),
-                                lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0)
+        t = self._train(search, task)
         attrs = {A_SEEDS: list(task.seeds), A_LRS: list(task.lrs)}
         if task.baseline:
             attrs[A_BASELINE] = task.baseline
@@ -273,9 +281,17 @@ class StageTasks(TaskSource):
     def test_bytes(self) -> int | None:
         return self.stage.test_bytes
 
-    def runs_of(self, search, trial) -> list[tuple[int, float]]:
-        ua = trial.user_attrs
-        return [(int(s), float(lr)) for lr in ua.get(A_LRS) or [] for s in ua.get(A_SEEDS) or []]
+    def _train(self, search, task: Task):
+        """The training settings of a task: its seeds and learning rates, in its one variant (a grid of one
+        value per setting), the sweep refined only where the stage sweeps (a ladder's rung)."""
+        grid = {k: [v] for k, v in parse_tag(task.tag).items()}
+        return search.train_config(seeds=list(task.seeds), lr=list(task.lrs), grid=grid,
+                                   lr_extend=self.stage.lr_extend if len(task.lrs) > 1 else 0,
+                                   lr_resolution=search.recipe.train.lr_resolution if len(task.lrs) > 1 else None)
+
+    def train_of(self, search, trial):
+        task = self.tasks().get(trial.user_attrs.get(A_TASK))
+        return None if task is None else self._train(search, task)
 
     # -- racing ------------------------------------------------------------------------------------
 

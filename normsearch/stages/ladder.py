@@ -193,7 +193,7 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
     for r, chosen_by in top_found(parent, rows, cfg.top):
         out.append(Entry(r.label, r.arch_id, r.placement, [float(r.best_lr or parent.recipe.train.lr[0])],
                          search_rank=r.rank, search_mean=r.score_mean, search_ci=(r.ci_low, r.ci_high),
-                         search_seeds=r.n_seeds, chosen_by=chosen_by))
+                         search_seeds=r.n_seeds, chosen_by=chosen_by, variant=dict(r.variant)))
     for b in bases:
         row = by_label.get(b)
         if row is None and mode == "transfer":
@@ -203,7 +203,7 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
         lr = [float(row.best_lr or parent.recipe.train.lr[0])] if row is not None else list(parent.recipe.train.lr)
         out.append(Entry(b, p.arch_id(parent.recipe.model.n_layers) if row is None else row.arch_id, p.to_dict(), lr,
                          baseline=b, search_rank=row.rank if row else None,
-                         search_mean=row.score_mean if row else None))
+                         search_mean=row.score_mean if row else None, variant=dict(row.variant) if row else {}))
     if not out:
         raise NormsearchError("nothing to put on the ladder: the search ranked no architecture and no baseline is "
                               "named")

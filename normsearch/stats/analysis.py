@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .inference import (ALPHA, MARGIN, POWER, Comparison, Interval, PooledFit, Ranks, adjust, compare, interval,
-                        pooled_fit, posterior_ranks)
+from .inference import (ALPHA, MARGIN, POWER, Comparison, Interval, Ranks, VarianceFit, adjust, compare, interval,
+                        posterior_ranks, variance_fit)
 from .outcomes import ArchLr, LrBasin, Run, arch_basin, hurdle_order, sweep, wilson
 
 
@@ -39,7 +39,7 @@ class ArchStats:
 @dataclass
 class StudyStats:
     archs: dict[str, ArchStats]  # in hurdle order
-    fit: PooledFit | None  # None when the successful runs leave no residual df
+    fit: VarianceFit | None  # None when no architecture has two successful runs (no variance at all)
     ranks: Ranks | None
     comparisons: list[Comparison] = field(default_factory=list)  # the Holm family
     alpha: float = ALPHA
@@ -47,10 +47,10 @@ class StudyStats:
 
     @property
     def variance_method(self) -> str:
-        """What the intervals and comparisons used, for the report to say."""
+        """What the intervals and comparisons used, for the report to say: one fixed sentence."""
         if self.fit is None:
-            return "per-architecture (too few runs to pool)"
-        return "pooled" if self.fit.homogeneous else "per-architecture (variances differ)"
+            return "per-architecture variances: none estimated (no architecture has two successful runs)"
+        return self.fit.method
 
     def comparisons_of(self, arch: str) -> list[Comparison]:
         return [c for c in self.comparisons if c.arch == arch]
@@ -67,7 +67,7 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
     lrs = sweep(runs)
     order = hurdle_order(lrs)
     samples = {a: dict(lrs[a].best.losses) if lrs[a].best else {} for a in order}
-    fit = pooled_fit({a: s for a, s in samples.items() if s}, alpha)
+    fit = variance_fit({a: s for a, s in samples.items() if s})
     tiers = {a: lrs[a].failure_rate for a in order}
     ranks = posterior_ranks(samples, fit, tiers, n_draws, seed) if fit is not None else None
     archs = {}
@@ -83,7 +83,7 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
         archs[a] = ArchStats(
             arch=a, rank=i, lr=lr, best_lr=lr.best_lr, n_runs=n_runs, n_failed=n_failed,
             failure_rate=n_failed / n_runs if n_runs else 0.0, failure_ci_low=lo, failure_ci_high=hi,
-            fails_at_best_lr=lr.fails_at_best_lr, interval=interval(samples, a, fit),
+            fails_at_best_lr=lr.fails_at_best_lr, interval=interval(samples, a),
             p_best=ranks.p_best[a] if ranked else 0.0 if best is None else 1.0 if n_trained == 1 else None,
             rank_low=ranks.rank_low[a] if ranked else 1 if best is not None and ranks is None else n_ranked + 1,
             rank_high=(ranks.rank_high[a] if ranked else n_trained if best is not None and ranks is None
@@ -93,7 +93,7 @@ def analyse(runs: Iterable[Run], against: Sequence[str] = (), compared: Sequence
         for a in (compared if compared is not None else order):
             if a != b and a in lrs and (b, a) not in pairs:  # two baselines are compared once
                 pairs.append((a, b))
-    comparisons = [compare(samples, a, b, fit, margin) for a, b in pairs]
+    comparisons = [compare(samples, a, b, margin, alpha=alpha) for a, b in pairs]
     adjust(comparisons, alpha, power)
     if ranks is not None:
         for c in comparisons:

@@ -1,9 +1,13 @@
-"""Losses of successful runs: the pooled-variance model, intervals, comparisons under multiplicity,
-equivalence, seeds needed, and P(best) with rank intervals.
+"""Losses of successful runs: each architecture's own variance, intervals, comparisons under
+multiplicity, equivalence, and P(best) with rank intervals.
 
 The data are ``samples``: architecture -> {seed: final loss} over the successful runs at each
-architecture's chosen learning rate. scipy and statsmodels are imported inside the functions so that
-importing this module stays cheap. The rules are in ``docs/statistics.md``.
+architecture's chosen learning rate. Every interval and test uses each architecture's own seed-to-seed
+variance, never a pooled one, and no test of equal variances switches anything: a difference has the
+Welch standard error with Satterthwaite degrees of freedom (:func:`welch_df`). Runs are treated as
+independent (a seed shared by two architectures is not paired). scipy and statsmodels are imported
+inside the functions so that importing this module stays cheap. The rules, and the simulations that
+chose them, are in ``docs/statistics.md``; seeds to decide are in :mod:`._power`.
 """
 
 from __future__ import annotations
@@ -14,85 +18,52 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ALPHA = 0.05  # familywise error of the claims; also the level of the equal-variance test
-MARGIN = 0.02  # equivalence margin, bits/byte
-POWER = 0.8  # for seeds_needed
-MAX_SEEDS = 1000  # seeds_needed above this is reported as None (not resolvable at this variance)
+from ._power import ALPHA, MARGIN, MAX_SEEDS, POWER, planning_diff, seeds_needed, welch_df  # noqa: F401
+
 VERDICTS = ("better", "worse", "equivalent", "undecided")
+#: what the report says of the variance model, in one fixed sentence
+VARIANCE_METHOD = ("per-architecture variances (each architecture's own seed-to-seed SD, never pooled; runs "
+                   "independent), Welch-Satterthwaite df taken at the variances' 70% upper confidence limits")
 
 Samples = Mapping[str, Mapping[int, float]]
 
 
+def _values(samples: Samples, arch: str) -> np.ndarray:
+    return np.asarray(list(samples.get(arch, {}).values()), float)
+
+
 @dataclass
-class PooledFit:
-    """loss ~ C(arch) + C(seed) by OLS over the successful runs, and Levene's test of equal variances."""
+class VarianceFit:
+    """Each architecture's own seed-to-seed SD over its successful runs (None with one run), and the
+    pooled within-architecture SD that only the rank draws use, for an architecture with one run."""
 
-    archs: list[str]
-    sigma: float  # residual standard deviation of the two-way model
-    df: int  # its residual degrees of freedom
-    n_obs: int
-    seed_effects: bool  # False when the design could not separate seeds from architectures
-    effects: np.ndarray  # per arch, relative to archs[0]
-    effects_cov: np.ndarray  # their covariance (sigma^2 (X'X)^-1 block; zeros for archs[0])
-    levene_stat: float | None  # Levene's statistic on each architecture's losses
-    levene_p: float | None  # None when fewer than two architectures have two runs
-    levene_center: str  # "median" (Brown-Forsythe) when every group has >= 4 runs, else "mean"
-    homogeneous: bool  # levene_p is None or >= alpha
-    alpha: float
-    level_sigma: float | None  # pooled within-architecture SD (seed variation included), for levels
-    level_df: int
+    archs: list[str]  # those with a successful run
+    n: dict[str, int]
+    mean: dict[str, float]
+    sd: dict[str, float | None]  # own sample SD (ddof 1); None with one run
+    within_sd: float | None  # sqrt(sum (n_a - 1) s_a^2 / sum (n_a - 1)): borrowed by one-run draws only
+    within_df: int
 
-    def contrast(self, a: str, b: str) -> tuple[float, float]:
-        """Estimate and standard error of (arch a - arch b), seed effects removed."""
-        i, j = self.archs.index(a), self.archs.index(b)
-        c = self.effects_cov
-        return float(self.effects[i] - self.effects[j]), math.sqrt(max(0.0, c[i, i] + c[j, j] - 2 * c[i, j]))
+    method = VARIANCE_METHOD
+
+    def sd_range(self) -> tuple[tuple[str, float], tuple[str, float]] | None:
+        """((arch, lowest SD), (arch, highest SD)) over the architectures with two or more runs."""
+        known = sorted((s, a) for a, s in self.sd.items() if s is not None)
+        return ((known[0][1], known[0][0]), (known[-1][1], known[-1][0])) if known else None
 
 
-def pooled_fit(samples: Samples, alpha: float = ALPHA) -> PooledFit | None:
-    """Fit the two-way additive model over every successful run; None when it has no residual df."""
-    import statsmodels.api as sm
-    from scipy import stats
-
+def variance_fit(samples: Samples) -> VarianceFit | None:
+    """Each architecture's own SD; None when no architecture has two successful runs (no variance at all)."""
     archs = [a for a in samples if samples[a]]
-    ys = [(a, s, float(v)) for a in archs for s, v in samples[a].items()]
-    if len(ys) < 2:
+    vals = {a: _values(samples, a) for a in archs}
+    within = [v for v in vals.values() if v.size >= 2]
+    if not within:
         return None
-    seeds = sorted({s for _, s, _ in ys})
-    y = np.array([v for *_, v in ys])
-    arch_x = np.array([[a == b for b in archs[1:]] for a, _, _ in ys], dtype=float).reshape(len(ys), -1)
-    seed_x = np.array([[s == t for t in seeds[1:]] for _, s, _ in ys], dtype=float).reshape(len(ys), -1)
-    x = np.column_stack([np.ones(len(ys)), arch_x, seed_x])
-    seed_effects = np.linalg.matrix_rank(x) == x.shape[1]
-    if not seed_effects:  # e.g. every architecture ran on its own seeds: seeds confounded with archs
-        x = x[:, : 1 + arch_x.shape[1]]
-    df = len(ys) - x.shape[1]
-    if df < 1:
-        return None
-    res = sm.OLS(y, x).fit()
-    k = len(archs)
-    effects = np.concatenate([[0.0], res.params[1:k]])
-    cov = np.zeros((k, k))
-    cov[1:, 1:] = np.asarray(res.cov_params())[1:k, 1:k]
-    # on the raw losses: a seed effect adds the same variance to every architecture, while removing the
-    # fitted one would spread a noisy architecture's variance over the others
-    groups = [np.asarray(list(samples[a].values()), float) for a in archs]
-    groups = [g for g in groups if g.size >= 2]
-    stat = p = None
-    # Brown-Forsythe (median-centred) is the robust choice, but with 3 runs a group's median-centred
-    # deviations include a 0 and the test never rejects: below 4 runs, Levene's mean-centred original
-    center = "median" if min((g.size for g in groups), default=0) >= 4 else "mean"
-    if len(groups) >= 2:
-        stat, p = (float(v) for v in stats.levene(*groups, center=center))
-        if not math.isfinite(p):  # every group constant: nothing to test
-            stat = p = None
-    within = [np.asarray(list(samples[a].values()), float) for a in archs if len(samples[a]) >= 2]
-    level_df = sum(w.size - 1 for w in within)
-    level_sigma = math.sqrt(sum(((w - w.mean()) ** 2).sum() for w in within) / level_df) if level_df else None
-    return PooledFit(archs=archs, sigma=math.sqrt(res.scale), df=int(round(res.df_resid)), n_obs=len(ys),
-                     seed_effects=bool(seed_effects), effects=effects, effects_cov=cov, levene_stat=stat,
-                     levene_p=p, levene_center=center, homogeneous=p is None or p >= alpha, alpha=alpha,
-                     level_sigma=level_sigma, level_df=level_df)
+    df = sum(v.size - 1 for v in within)
+    return VarianceFit(archs=archs, n={a: int(v.size) for a, v in vals.items()},
+                       mean={a: float(v.mean()) for a, v in vals.items()},
+                       sd={a: float(v.std(ddof=1)) if v.size >= 2 else None for a, v in vals.items()},
+                       within_sd=math.sqrt(sum(((v - v.mean()) ** 2).sum() for v in within) / df), within_df=df)
 
 
 @dataclass
@@ -102,31 +73,27 @@ class Interval:
     arch: str
     n: int
     mean: float | None
-    sd: float | None  # the SD the interval uses (pooled or this architecture's own)
-    df: int | None
+    sd: float | None  # this architecture's own SD
+    df: int | None  # n - 1
     ci_low: float | None
     ci_high: float | None
-    method: str  # "pooled" | "per-arch" | "none" (one run and no pooled SD)
+    method: str  # "per-arch" | "none" (one run: no variance)
 
 
-def interval(samples: Samples, arch: str, fit: PooledFit | None, level: float = 0.95) -> Interval:
-    """Student-t interval of the mean; the SD is the pooled within-architecture SD (seed variation
-    included, which a level needs and a difference does not) when variances are homogeneous, the
-    architecture's own otherwise."""
+def interval(samples: Samples, arch: str, level: float = 0.95) -> Interval:
+    """Student-t interval of the mean with the architecture's own SD and n - 1 df (seed-to-seed variation
+    included, which a level needs); none with one run."""
     from scipy import stats
 
-    v = np.asarray(list(samples.get(arch, {}).values()), float)
+    v = _values(samples, arch)
     if v.size == 0:
         return Interval(arch, 0, None, None, None, None, None, "none")
     mean = float(v.mean())
-    if fit is not None and fit.homogeneous and fit.level_sigma is not None:
-        sd, df, method = fit.level_sigma, fit.level_df, "pooled"
-    elif v.size >= 2:
-        sd, df, method = float(v.std(ddof=1)), v.size - 1, "per-arch"
-    else:
+    if v.size < 2:
         return Interval(arch, 1, mean, None, None, None, None, "none")
+    sd, df = float(v.std(ddof=1)), v.size - 1
     half = float(stats.t.ppf(0.5 + level / 2, df)) * sd / math.sqrt(v.size)
-    return Interval(arch, int(v.size), mean, sd, df, mean - half, mean + half, method)
+    return Interval(arch, int(v.size), mean, sd, df, mean - half, mean + half, "per-arch")
 
 
 @dataclass
@@ -138,7 +105,7 @@ class Comparison:
     n: int  # seeds with a successful run in both
     n_arch: int
     n_against: int
-    method: str  # "pooled" (contrast of the two-way model) | "welch" | "none" (too few runs)
+    method: str  # "welch" | "none" (too few runs, or no noise)
     diff: float | None = None
     se: float | None = None
     df: float | None = None
@@ -149,51 +116,45 @@ class Comparison:
     q_bh: float | None = None  # Benjamini-Hochberg q-value over the same family
     p_tost: float | None = None  # two one-sided tests of |diff| >= margin
     p_tost_holm: float | None = None
+    margin_equivalent: float | None = None  # smallest margin within which TOST passes: max |end| of the 90% CI
     p_improve: float | None = None  # posterior P(arch's mean loss < against's)
-    seeds_needed: int | None = None  # per arm, to resolve an undecided comparison
+    seeds_needed: int | None = None  # more seeds on each arm to resolve an undecided comparison
+    diff_planned: float | None = None  # the shrunken difference seeds_needed planned for
     margin: float = MARGIN
     verdict: str = "undecided"  # better | worse | equivalent | undecided
+    exploratory: bool = False  # the verdict depends on racing (seeds added from the results so far)
     sd_arch: float | None = field(default=None, repr=False)  # per-run SDs used by seeds_needed
     sd_against: float | None = field(default=None, repr=False)
 
 
-def compare(samples: Samples, arch: str, against: str, fit: PooledFit | None, margin: float = MARGIN,
-            level: float = 0.95) -> Comparison:
-    """The difference, its interval and its p-value (and TOST's), before any multiplicity step.
-
-    Homogeneous variances: the contrast of the two-way model (seed effects removed, the pooled sigma
-    and its df). Otherwise Welch's t-test on the two sets of successful runs.
-    """
-    from scipy import stats
+def compare(samples: Samples, arch: str, against: str, margin: float = MARGIN, level: float = 0.95,
+            alpha: float = ALPHA) -> Comparison:
+    """The difference, its interval and its p-value (and TOST's), before any multiplicity step: Welch's
+    standard error from each architecture's own SD, df by :func:`welch_df`. ``margin_equivalent`` is
+    the margin at which TOST at ``alpha`` would just pass: max(|lo|, |hi|) of the 1 - 2 alpha interval."""
+    from scipy.special import stdtr, stdtrit  # Student's t CDF and its inverse (cheaper than scipy.stats.t)
 
     a, b = samples.get(arch, {}), samples.get(against, {})
     c = Comparison(arch=arch, against=against, n=len(set(a) & set(b)), n_arch=len(a), n_against=len(b),
                    method="none", margin=margin)
     if not a or not b:
         return c
-    va, vb = np.asarray(list(a.values()), float), np.asarray(list(b.values()), float)
+    va, vb = _values(samples, arch), _values(samples, against)
     c.diff = float(va.mean() - vb.mean())
-    if fit is not None and fit.homogeneous and arch in fit.archs and against in fit.archs:
-        c.method = "pooled"
-        c.diff, c.se = fit.contrast(arch, against)
-        c.df, c.sd_arch = fit.df, fit.sigma
-        c.sd_against = fit.sigma
-    elif va.size >= 2 and vb.size >= 2:
-        c.method = "welch"
-        c.sd_arch, c.sd_against = float(va.std(ddof=1)), float(vb.std(ddof=1))
-        ea, eb = c.sd_arch ** 2 / va.size, c.sd_against ** 2 / vb.size
-        c.se = math.sqrt(ea + eb)
-        c.df = (ea + eb) ** 2 / (ea ** 2 / (va.size - 1) + eb ** 2 / (vb.size - 1)) if ea + eb > 0 else np.inf
-    else:
+    if va.size < 2 or vb.size < 2:
         return c
-    if c.se == 0:  # identical runs: no noise to test against
-        c.method, c.se, c.df = "none", None, None
+    c.sd_arch, c.sd_against = float(va.std(ddof=1)), float(vb.std(ddof=1))
+    ea, eb = c.sd_arch ** 2 / va.size, c.sd_against ** 2 / vb.size
+    if ea + eb == 0:  # identical runs: no noise to test against
         return c
-    t_crit = float(stats.t.ppf(0.5 + level / 2, c.df))
+    c.method, c.se = "welch", math.sqrt(ea + eb)
+    c.df = float(welch_df(ea, eb, va.size - 1, vb.size - 1))
+    t_crit = float(stdtrit(c.df, 0.5 + level / 2))
     c.ci_low, c.ci_high = c.diff - t_crit * c.se, c.diff + t_crit * c.se
-    c.p_value = float(2 * stats.t.sf(abs(c.diff) / c.se, c.df))
-    c.p_tost = max(float(stats.t.sf((c.diff + margin) / c.se, c.df)),  # H0: diff <= -margin
-                   float(stats.t.cdf((c.diff - margin) / c.se, c.df)))  # H0: diff >= +margin
+    c.p_value = float(2 * stdtr(c.df, -abs(c.diff) / c.se))
+    c.p_tost = max(float(stdtr(c.df, -(c.diff + margin) / c.se)),  # H0: diff <= -margin
+                   float(stdtr(c.df, (c.diff - margin) / c.se)))  # H0: diff >= +margin
+    c.margin_equivalent = abs(c.diff) + float(stdtrit(c.df, 1 - alpha)) * c.se
     return c
 
 
@@ -203,7 +164,8 @@ def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA, power: float
     Holm (familywise error ``alpha``) on the difference p-values and, separately, on the TOST
     p-values; Benjamini-Hochberg q-values on the difference p-values. Verdict: ``better``/``worse``
     when the Holm-adjusted difference p < alpha; else ``equivalent`` when the Holm-adjusted TOST
-    p < alpha; else ``undecided``, with :func:`seeds_needed` at the Bonferroni level alpha/m.
+    p < alpha; else ``undecided``, with :func:`seeds_needed` at the Bonferroni level alpha/m, planned
+    for the observed difference shrunk toward 0 (:func:`planning_diff`).
     """
     from statsmodels.stats.multitest import multipletests
 
@@ -223,37 +185,10 @@ def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA, power: float
             c.verdict = "equivalent"
         else:
             c.verdict = "undecided"
-            if c.sd_arch is not None:
-                c.seeds_needed = seeds_needed(c.diff, c.sd_arch, c.sd_against, c.margin, alpha / m, power)
-
-
-def seeds_needed(diff: float, sd_a: float, sd_b: float, margin: float = MARGIN, alpha: float = ALPHA,
-                 power: float = POWER, max_seeds: int = MAX_SEEDS) -> int | None:
-    """Seeds per arm for a comparison to resolve, if the true difference were ``diff`` and the run SDs
-    stayed ``sd_a``, ``sd_b``: the smallest n at which either the two-sided difference test at
-    ``alpha`` or TOST at ``alpha`` within ``margin`` reaches ``power``. Power of a t-test with 2n - 2
-    df, by the shifted central t (noncentral t ~ t + ncp); for TOST the lower bound P(A) + P(B) - 1.
-    None above ``max_seeds``.
-    """
-    from scipy import stats
-
-    sd = math.sqrt(sd_a ** 2 + sd_b ** 2)
-    if sd == 0:
-        return 2
-
-    def first_resolving(n: np.ndarray) -> int | None:
-        se, df = sd / np.sqrt(n), 2 * n - 2
-        t2, t1 = stats.t.ppf(1 - alpha / 2, df), stats.t.ppf(1 - alpha, df)
-        p_diff = stats.t.sf(t2 - abs(diff) / se, df) + stats.t.cdf(-t2 - abs(diff) / se, df)
-        p_tost = stats.t.sf(t1 - (diff + margin) / se, df) + stats.t.cdf(-t1 - (diff - margin) / se, df) - 1
-        ok = np.flatnonzero((p_diff >= power) | (p_tost >= power))
-        return int(n[ok[0]]) if ok.size else None
-
-    # both powers grow with n: find the first power of two that resolves, then the n below it
-    top = first_resolving(np.unique(np.minimum(2 ** np.arange(1, 1 + math.ceil(math.log2(max_seeds))), max_seeds)))
-    if top is None:
-        return None
-    return first_resolving(np.arange(max(2, top // 2), top + 1))
+            if c.se is not None:
+                c.diff_planned = planning_diff(c.diff, c.se)
+                c.seeds_needed = seeds_needed(c.diff_planned, c.sd_arch, c.sd_against, c.n_arch, c.n_against,
+                                              c.margin, alpha / m, power)
 
 
 @dataclass
@@ -263,7 +198,7 @@ class Ranks:
     archs: list[str]
     draws: np.ndarray = field(repr=False)  # (n_draws, len(archs)); comparable within a draw
     ranks: np.ndarray = field(repr=False)  # 1 = best, hurdle tiers applied
-    method: str  # "pooled posterior" | "per-arch posterior"
+    method: str  # "per-arch posterior"
     p_best: dict[str, float] = field(default_factory=dict)
     rank_low: dict[str, int] = field(default_factory=dict)  # 2.5th percentile of the rank
     rank_high: dict[str, int] = field(default_factory=dict)  # 97.5th percentile
@@ -274,38 +209,40 @@ class Ranks:
         return float(np.mean(self.draws[:, i] < self.draws[:, j]))
 
 
-def posterior_ranks(samples: Samples, fit: PooledFit, tiers: Mapping[str, float] | None = None,
+def draw_scale(fit: VarianceFit, arch: str) -> tuple[float, int] | None:
+    """(SD, df) of an architecture's posterior draws: its own SD with n - 1 df, or, with one run, the
+    pooled within-architecture SD and its df (the only place a pooled SD is used); None without either."""
+    if fit.sd.get(arch) is not None:
+        return fit.sd[arch], fit.n[arch] - 1
+    if fit.within_sd is not None and fit.within_df:
+        return fit.within_sd, fit.within_df
+    return None
+
+
+def posterior_ranks(samples: Samples, fit: VarianceFit, tiers: Mapping[str, float] | None = None,
                     n_draws: int = 4000, seed: int = 0) -> Ranks:
     """Draws of the architectures' mean losses under a flat prior, then their ranks.
 
-    Homogeneous variances: the two-way model's posterior, a multivariate t with the residual df
-    (effects + sqrt(df / chi2_df) * L z, cov = L L'). Otherwise each architecture's own: mean + s/sqrt(n)
-    * t_(n-1), an architecture with one run borrowing the pooled within-architecture SD. ``tiers``
-    (the hurdle's failure rates) order architectures before their draws do: a draw ranks only within
-    its tier. Ranks are 1 (best) to k; the interval is the 2.5th to 97.5th percentile.
+    Each architecture independently: mean + s / sqrt(n) * t_(n-1) with its own SD (the posterior under
+    the flat prior on its mean and log SD); one with one run borrows the pooled within-architecture SD
+    (:func:`draw_scale`). ``tiers`` (the hurdle's failure rates) order architectures before their draws
+    do: a draw ranks only within its tier. Ranks are 1 (best) to k; the interval is the 2.5th to 97.5th
+    percentile.
     """
     rng = np.random.default_rng(seed)
     archs = list(fit.archs)
     k = len(archs)
-    if fit.homogeneous:
-        method = "pooled posterior"
-        draws = np.tile(fit.effects, (n_draws, 1))
-        if k > 1:
-            chol = np.linalg.cholesky(fit.effects_cov[1:, 1:] + 1e-18 * np.eye(k - 1))
-            scale = np.sqrt(fit.df / rng.chisquare(fit.df, n_draws))[:, None]
-            draws[:, 1:] += scale * (rng.standard_normal((n_draws, k - 1)) @ chol.T)
-    else:
-        method = "per-arch posterior"
-        draws = np.empty((n_draws, k))
-        for i, a in enumerate(archs):
-            v = np.asarray(list(samples[a].values()), float)
-            sd, df = (v.std(ddof=1), v.size - 1) if v.size >= 2 else (fit.level_sigma or 0.0, max(1, fit.level_df))
-            draws[:, i] = v.mean() + sd / math.sqrt(v.size) * rng.standard_t(df, n_draws)
+    draws = np.empty((n_draws, k))
+    for i, a in enumerate(archs):
+        scale = draw_scale(fit, a)
+        draws[:, i] = fit.mean[a]
+        if scale is not None:
+            draws[:, i] += scale[0] / math.sqrt(fit.n[a]) * rng.standard_t(scale[1], n_draws)
     tier = np.array([(tiers or {}).get(a, 0.0) for a in archs])
     order = np.lexsort((draws, np.broadcast_to(tier, draws.shape)), axis=1)
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(1, k + 1)[None, :].repeat(n_draws, 0), axis=1)
-    r = Ranks(archs=archs, draws=draws, ranks=ranks, method=method)
+    r = Ranks(archs=archs, draws=draws, ranks=ranks, method="per-arch posterior")
     for i, a in enumerate(archs):
         r.p_best[a] = float(np.mean(ranks[:, i] == 1))
         r.rank_low[a] = int(np.quantile(ranks[:, i], 0.025, method="inverted_cdf"))

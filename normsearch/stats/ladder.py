@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..records import jsonable
-from .inference import ALPHA, compare, pooled_fit
+from .inference import ALPHA, compare
 from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
 from .rung import Rung, RungPoint, mean_draws, rung_points
 from .rung import RungArch, rung_from_runs  # noqa: F401  (re-exported: their home was this module)
@@ -63,11 +63,11 @@ class Agreement:
 @dataclass
 class RungDiff:
     """a - b at one rung: by the failure hurdle (Fisher's exact test on failed vs successful runs) when
-    their failure rates differ, else by mean loss (the ranking's test: pooled contrast or Welch)."""
+    their failure rates differ, else by mean loss (the ranking's test: Welch, each architecture's own SD)."""
 
     rung: str
     by: str  # "failures" | "loss"
-    method: str  # "fisher" | "pooled" | "welch" | "none"
+    method: str  # "fisher" | "welch" | "none"
     diff: float | None  # failure-rate difference or mean-loss difference, a - b
     ci_low: float | None  # for a loss difference, 95%, unadjusted
     ci_high: float | None
@@ -226,14 +226,14 @@ def _agreement(ra: Rung, rb: Rung, adjacent: bool, draws: dict) -> Agreement:
 # Reversals
 
 
-def _rung_diff(rung: Rung, a: str, b: str, samples, fit) -> RungDiff:
+def _rung_diff(rung: Rung, a: str, b: str, samples) -> RungDiff:
     from scipy.stats import fisher_exact
 
     x, y = rung.archs[a], rung.archs[b]
     if x.failure_rate != y.failure_rate:
         p = float(fisher_exact([[x.n_failed, x.n_ok], [y.n_failed, y.n_ok]])[1])
         return RungDiff(rung.name, "failures", "fisher", x.failure_rate - y.failure_rate, None, None, p)
-    c = compare(samples, a, b, fit)
+    c = compare(samples, a, b)
     return RungDiff(rung.name, "loss", c.method, c.diff, c.ci_low, c.ci_high, c.p_value)
 
 
@@ -244,12 +244,11 @@ def _reversals(rungs: Sequence[Rung], alpha: float) -> list[Reversal]:
     pairs = [(i, j, "adjacent" if j == i + 1 else "first-last" if (i, j) == (0, n - 1) else "other")
              for i, j in itertools.combinations(range(n), 2)]
     samples = {r.name: {a: ra.losses for a, ra in r.archs.items() if ra.losses} for r in rungs}
-    fits = {r.name: pooled_fit(samples[r.name], alpha) for r in rungs}
     diffs: dict[tuple[str, str, str], RungDiff] = {}  # (rung, a, b) -> the difference it rests on
 
     def diff(r: Rung, a: str, b: str) -> RungDiff:
         if (r.name, a, b) not in diffs:
-            diffs[r.name, a, b] = _rung_diff(r, a, b, samples[r.name], fits[r.name])
+            diffs[r.name, a, b] = _rung_diff(r, a, b, samples[r.name])
         return diffs[r.name, a, b]
 
     out = []

@@ -44,6 +44,7 @@ class Run:
     diverged: bool = False
     init_loss: float | None = None
     unigram_loss: float | None = None
+    variant: str = ""  # the cell's variant besides the learning rate (normsearch.grid.variant_tag)
 
     @property
     def outcome(self) -> str:
@@ -110,10 +111,11 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 @dataclass(kw_only=True)
 class LrCell:
-    """The runs of one architecture at one learning rate: seed -> loss of the successful ones, and the
-    failed ones."""
+    """The runs of one architecture at one cell (a learning rate in a variant of the tuned grid): seed
+    -> loss of the successful ones, and the failed ones."""
 
     lr: float
+    variant: str = ""
     n_diverged: int = 0
     n_stalled: int = 0
     losses: dict[int, float] = field(default_factory=dict)  # seed -> loss, successful runs only
@@ -153,15 +155,35 @@ class LrCell:
 
 @dataclass
 class ArchLr:
-    """One architecture's learning-rate sweep and the learning rate it is scored at."""
+    """One architecture's sweep over the tuned grid (learning rate x variant) and the cell it is scored
+    at."""
 
     arch: str
-    cells: list[LrCell]  # by increasing lr
-    best_lr: float | None  # None when no run at any lr succeeded
+    cells: list[LrCell]  # by variant, then increasing lr
+    best_lr: float | None  # None when no run in any cell succeeded
+    best_variant: str = ""
 
     @property
     def best(self) -> LrCell | None:
-        return next((c for c in self.cells if c.lr == self.best_lr), None)
+        """The chosen cell (:func:`sweep`'s rule)."""
+        return next((c for c in self.cells if c.lr == self.best_lr and c.variant == self.best_variant), None)
+
+    @property
+    def loss_optimal(self) -> LrCell | None:
+        """The cell with the lowest mean loss over its successful runs, whatever failed there."""
+        usable = [c for c in self.cells if c.n_ok]
+        return min(usable, key=lambda c: (c.mean, c.lr, c.variant)) if usable else None
+
+    @property
+    def failure_free(self) -> LrCell | None:
+        """The lowest mean among the cells where no run failed; None when every cell had a failure."""
+        clean = [c for c in self.cells if c.n_ok and not c.n_failed]
+        return min(clean, key=lambda c: (c.mean, c.lr, c.variant)) if clean else None
+
+    def variant_cells(self, variant: str | None = None) -> list[LrCell]:
+        """The cells of one variant (default: the chosen cell's), by increasing lr."""
+        v = self.best_variant if variant is None else variant
+        return [c for c in self.cells if c.variant == v]
 
     @property
     def fails_at_best_lr(self) -> bool:
@@ -188,27 +210,31 @@ class ArchLr:
 
 
 def sweep(runs: Iterable[Run]) -> dict[str, ArchLr]:
-    """Group runs by architecture and learning rate and choose each architecture's learning rate.
+    """Group runs by architecture and cell (variant, learning rate) and choose each architecture's cell.
 
-    The rule: among the learning rates with at least one successful run, the one with the lowest
-    failure rate, and among those the lowest mean loss over successful runs. When some learning rate
-    had no failure this is "the lowest mean among failure-free learning rates"; when every learning
-    rate had failures it is the least-failing one. Ties go to the smaller learning rate.
+    The rule, the one the sampler's objective, the sweep's refinement, the ranking, the confirmation
+    and the ladder all use: among the cells with at least one successful run, the one with the lowest
+    failure rate, and among those the lowest mean loss over successful runs. When some cell had no
+    failure this is "the lowest mean among failure-free cells"; when every cell had failures it is the
+    least-failing one. Ties go to the smaller learning rate, then the variant first in name order. No
+    failed run enters a mean: a failure counts in the failure rate alone.
     """
-    by_arch: dict[str, dict[float, list[Run]]] = {}
+    by_arch: dict[str, dict[tuple[str, float], list[Run]]] = {}
     for r in runs:
-        by_arch.setdefault(r.arch, {}).setdefault(float(r.lr), []).append(r)
+        by_arch.setdefault(r.arch, {}).setdefault((r.variant, float(r.lr)), []).append(r)
     out = {}
-    for arch, by_lr in by_arch.items():
+    for arch, by_cell in by_arch.items():
         cells = []
-        for lr in sorted(by_lr):
-            rs = by_lr[lr]
+        for variant, lr in sorted(by_cell):
+            rs = by_cell[(variant, lr)]
             outcomes = [r.outcome for r in rs]
-            cells.append(LrCell(lr=lr, n_diverged=outcomes.count("diverged"), n_stalled=outcomes.count("stalled"),
+            cells.append(LrCell(lr=lr, variant=variant, n_diverged=outcomes.count("diverged"),
+                                n_stalled=outcomes.count("stalled"),
                                 losses={r.seed: float(r.loss) for r, o in zip(rs, outcomes) if o == "ok"}))
         usable = [c for c in cells if c.n_ok]
-        best = min(usable, key=lambda c: (c.failure_rate, c.mean, c.lr)) if usable else None
-        out[arch] = ArchLr(arch=arch, cells=cells, best_lr=best.lr if best else None)
+        best = min(usable, key=lambda c: (c.failure_rate, c.mean, c.lr, c.variant)) if usable else None
+        out[arch] = ArchLr(arch=arch, cells=cells, best_lr=best.lr if best else None,
+                           best_variant=best.variant if best else "")
     return out
 
 
@@ -283,6 +309,8 @@ def lr_basin(lr_means: Mapping[float, float], weights: Mapping[float, float] | N
 
 
 def arch_basin(a: ArchLr, tolerance: float | None = None) -> LrBasin | None:
-    """:func:`lr_basin` over an architecture's sweep, weighted by successful runs per learning rate."""
-    means = {c.lr: c.mean for c in a.cells if c.n_ok}
-    return lr_basin(means, {c.lr: c.n_ok for c in a.cells if c.n_ok}, tolerance)
+    """:func:`lr_basin` over an architecture's sweep in the chosen cell's variant, weighted by
+    successful runs per learning rate."""
+    cells = a.variant_cells()
+    means = {c.lr: c.mean for c in cells if c.n_ok}
+    return lr_basin(means, {c.lr: c.n_ok for c in cells if c.n_ok}, tolerance)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .inference import ALPHA, interval, pooled_fit
+from .inference import ALPHA, draw_scale, interval, variance_fit
 from .outcomes import LrCell, Run, hurdle_order, sweep, unbracketed, wilson
 
 
@@ -96,7 +96,7 @@ class RungPoint:
     failure_rate: float
     failure_ci: tuple[float, float]  # Wilson 95%
     mean: float | None
-    ci_low: float | None  # 95% interval of the mean (pooled or per-arch, as the ranking's)
+    ci_low: float | None  # 95% interval of the mean (its own SD, as the ranking's)
     ci_high: float | None
     n_ok: int = 0  # successful seeds behind the mean
     n_runs_all: int = 0  # every run of the rung, at every learning rate
@@ -113,12 +113,11 @@ def rung_points(rungs: Sequence[Rung], alpha: float = ALPHA) -> dict[str, list[R
     out: dict[str, list[RungPoint]] = {}
     for r in rungs:
         samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
-        fit = pooled_fit(samples, alpha)
         order = r.order()
         n_tried = sum(1 for a in order if r.archs[a].n_ok)
         for place, a in enumerate(order, 1):
             ra = r.archs[a]
-            iv = interval(samples, a, fit)
+            iv = interval(samples, a)
             out.setdefault(a, []).append(RungPoint(
                 r.name, r.size_of(a), place if ra.n_ok else n_tried + 1, ra.n_runs, ra.n_failed,
                 ra.n_failed / ra.n_runs if ra.n_runs else 0.0, ra.failure_ci, ra.mean,
@@ -131,14 +130,11 @@ def rung_points(rungs: Sequence[Rung], alpha: float = ALPHA) -> dict[str, list[R
 def mean_draws(rungs: Sequence[Rung], n_draws: int, seed: int,
                alpha: float = ALPHA) -> dict[str, dict[str, np.ndarray]]:
     """Per rung and architecture, ``n_draws`` draws of its mean loss from the uncertainty of its own
-    per-rung interval (:func:`interval`, the one the tables print): mean + sd / sqrt(n) x t.
-
-    Where the rung's variances may be pooled, sd is the pooled within-architecture SD and t is
-    z x sqrt(df / chi2_df), one chi-square draw per draw shared by the rung's architectures (they share
-    that SD's uncertainty); otherwise the architecture's own SD with t on n - 1 df. An architecture with
-    one successful run borrows the pooled SD when the rung has one, with a t of its own on that SD's df,
-    and is held at its mean when it has none. inf for an architecture with no successful run (it ranks
-    last in every draw).
+    per-rung interval (:func:`interval`, the one the tables print): mean + sd / sqrt(n) x t, with the
+    architecture's own SD and t on n - 1 df, independently of the others. An architecture with one
+    successful run borrows the rung's pooled within-architecture SD and its df (:func:`draw_scale`, as
+    the ranking's draws do) when the rung has one, and is held at its mean when it has none. inf for an
+    architecture with no successful run (it ranks last in every draw).
 
     Not a resampling of the seeds: with two seeds a resampled mean takes only three values, and the
     spread of tau and rho would be far narrower than the per-rung intervals allow."""
@@ -146,25 +142,16 @@ def mean_draws(rungs: Sequence[Rung], n_draws: int, seed: int,
     out: dict[str, dict[str, np.ndarray]] = {}
     for r in rungs:
         samples = {a: ra.losses for a, ra in r.archs.items() if ra.losses}
-        fit = pooled_fit(samples, alpha)
-        scale = None  # sqrt(df / chi2_df) per draw, for the architectures on the pooled SD
+        fit = variance_fit(samples)
         out[r.name] = {}
         for a in sorted(r.archs):
-            iv = interval(samples, a, fit)
-            if iv.mean is None:
+            if a not in samples:
                 out[r.name][a] = np.full(n_draws, math.inf)
                 continue
-            sd, df, method = iv.sd, iv.df, iv.method
-            if method == "none" and fit is not None and fit.level_sigma is not None:
-                sd, df = fit.level_sigma, fit.level_df
-            if sd is None or not df:
-                out[r.name][a] = np.full(n_draws, iv.mean)
+            v = np.fromiter(samples[a].values(), float)
+            scale = draw_scale(fit, a) if fit is not None else None
+            if scale is None:
+                out[r.name][a] = np.full(n_draws, float(v.mean()))
                 continue
-            if method == "pooled":
-                if scale is None:
-                    scale = np.sqrt(df / rng.chisquare(df, n_draws))
-                t = rng.standard_normal(n_draws) * scale
-            else:
-                t = rng.standard_t(df, n_draws)
-            out[r.name][a] = iv.mean + sd / math.sqrt(iv.n) * t
+            out[r.name][a] = float(v.mean()) + scale[0] / math.sqrt(v.size) * rng.standard_t(scale[1], n_draws)
     return out

@@ -92,7 +92,7 @@ def test_best_runs_mean_curve_and_mean_diagnostic():
     c = _run(0, 3e-3, [(0, 8.0), (10, 9.0)], diverged=True)
 
     class Row:
-        runs, best_lr = [a, b, c], 1e-3
+        runs, best_lr, variant = [a, b, c], 1e-3, {}
 
     assert best_runs(Row) == [a, b]
     Row.best_lr = 3e-3

@@ -60,7 +60,7 @@ def test_confirmed_lines_put_both_rankings_side_by_side(ranking):
     assert table[1].startswith(f"| 1 | t3 | {t3.score_mean:.4f} [{t3.ci_low:.4f}, {t3.ci_high:.4f}] | {t3.n_seeds} |")
     assert table[1].endswith(f"| 0.003 | 1 | {t3.score_mean:.4f} [{t3.ci_low:.4f}, {t3.ci_high:.4f}] |")
     assert "(baseline)" in "\n".join(table)
-    assert "- Confirmed, against `peri_ln`: **no found placement beats `peri_ln`**" in text
+    assert "- Confirmed, against `peri_ln`: **1 of 4 found placement(s) beat `peri_ln`** under Holm: t3" in text
     assert "- The search's first, **t3**, is also first on fresh seeds and the test split." in text
     assert "Racing" not in text and "Evaluation noise" not in text  # neither happened here
 

@@ -41,7 +41,8 @@ def test_csv_has_the_rows_and_columns(report):
         assert float(by[label]["score_mean"]) == pytest.approx(score)
     t3 = ranking.row("t3")
     assert float(by["t3"]["ci_low"]) == pytest.approx(t3.ci_low) and by["t3"]["rank"] == "1"
-    assert by["t3"]["vs_peri_ln_verdict"] == "undecided" and by["t4"]["vs_peri_ln_verdict"] == "worse"
+    assert by["t3"]["vs_peri_ln_verdict"] == "better" and by["t4"]["vs_peri_ln_verdict"] == "worse"
+    assert by["t5"]["vs_peri_ln_verdict"] == "undecided" and float(by["t5"]["vs_peri_ln_margin_equivalent"]) > 0
     assert float(by["t3"]["vs_peri_ln_p_value"]) == pytest.approx(t3.comparison("peri_ln").p_value)
     assert float(by["t3"]["vs_peri_ln_p_holm"]) == pytest.approx(t3.comparison("peri_ln").p_holm)
     assert float(by["t3"]["p_best"]) == pytest.approx(t3.p_best) and by["t3"]["n_failed"] == "0"
@@ -64,16 +65,19 @@ def test_json_rows_carry_the_required_fields(report):
     required = {"rank", "label", "is_baseline", "arch_id", "placement", "score_mean", "ci_low", "ci_high", "n_runs",
                 "n_diverged", "best_lr", "comparisons", "sites", "lr_sensitivity", "n_params", "tokens_per_s",
                 "kernels", "triton_version", "n_failed", "failure_rate", "failure_ci_low", "failure_ci_high", "p_best",
-                "rank_low", "rank_high"}
+                "rank_low", "rank_high", "init", "variant", "lr_bracketed", "lr_vertex", "loss_optimal", "failure_free"}
     for row in data["rows"]:
         assert required <= set(row)
     by = {r["label"]: r for r in data["rows"]}
     assert by["t3"]["rank"] == 1 and by["t3"]["score_mean"] == pytest.approx(SCORE["t3"])
-    c = by["t3"]["comparisons"][0]
+    c = by["t5"]["comparisons"][0]
     assert c["against"] == "peri_ln" and c["verdict"] == "undecided" and c["seeds_needed"] >= 4
-    assert {"p_holm", "q_bh", "p_improve", "seeds_needed", "verdict"} <= set(c)
+    assert {"p_holm", "q_bh", "p_improve", "seeds_needed", "margin_equivalent", "diff_planned", "verdict"} <= set(c)
+    assert {"variance_method", "seed_sd"} <= set(data["judgement"]) and "variance_p" not in data["judgement"]
     assert data["judgement"]["variance_method"] == ranking.judgement.variance_method
-    assert data["judgement"]["search"]["verdict"] in ("ahead", "behind", "even")
+    search = data["judgement"]["search"]  # did the search help: the trend, the tests against uniform draws
+    assert search["trend"]["verdict"] == "no trend" and search["trend"]["p"] > 0.05 and search["vs_control"] is None
+    assert search["vs_startup"]["against"] == "startup" and search["front_loading"]["verdict"] in ("ahead", "behind", "even")
     assert by["hybridnorm"]["placement"] == baseline("hybridnorm").to_dict()
     assert set(data["plots"]) == set(PNGS)
     assert data["importance"]["evaluator"] == "PedAnovaImportanceEvaluator"

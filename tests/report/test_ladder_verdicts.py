@@ -39,13 +39,13 @@ def test_a_significant_reversal_is_said_to_be_one(crossed):
 
 def test_reversal_sentences_by_verdict(crossed):
     rev = crossed.reversals[0]
-    sig = RungDiff("r0", "loss", "pooled", -0.1, -0.12, -0.08, 0.0001, 0.0003, True)
+    sig = RungDiff("r0", "loss", "welch", -0.1, -0.12, -0.08, 0.0001, 0.0003, True)
     noise = RungDiff("r2", "loss", "welch", 0.004, -0.01, 0.02, 0.4, 0.8, False)
     rev.rung_a, rev.rung_b, rev.at_a, rev.at_b = "r0", "r2", sig, noise
     rev.verdict = "one significant"
     one = reversal_sentence(crossed, rev)
     assert "change places from r0 to r2, but only the difference at r0 is significant" in one
-    assert "The reversal is not established." in one and "Welch t-test" in one and "pooled contrast" in one
+    assert "The reversal is not established." in one and one.count("Welch t-test") == 2 and "pooled" not in one
     rev.verdict, rev.at_a = "within noise", RungDiff("r0", "loss", "none", None, None, None, None)
     within = reversal_sentence(crossed, rev)
     assert "reverse within noise from r0 to r2" in within and "untested (too few successful runs)" in within

@@ -32,13 +32,17 @@ def test_markdown_has_every_column_comparison_and_notice(report):
     assert "**peri_ln** (baseline)" in md
     # verdicts in words, with the numbers of the ranking: the family, the noise model, each comparison
     j = ranking.judgement
-    assert f"residual SD of {j.sigma:.4f} bits/byte with {j.df} degrees of freedom" in md
+    lo, hi = min(j.seed_sd.values()), max(j.seed_sd.values())
+    assert f"each architecture's own seed-to-seed SD (from {lo:.4f} bits/byte for" in md and f"to {hi:.4f} for" in md
+    assert f"no test of equal variances decides anything: **{j.variance_method}**" in md
     assert f"the {j.n_comparisons} comparisons with the baselines are one family" in md
     t4 = ranking.row("t4").comparison("hybridnorm")
     assert comparison_sentence(t4) in md and comparison_sentence(t4).startswith("t4 is worse than hybridnorm by 0.280")
     c = t3.comparison("peri_ln")
-    assert c.verdict == "undecided" and f"| t3 | 3 | {c.diff:+.4f} |" in md and f"| undecided | {c.seeds_needed} |" in md
-    assert "**no found placement beats `peri_ln`** under Holm (4 compared)" in md
+    assert c.verdict == "better" and f"| t3 | 3 | {c.diff:+.4f} |" in md and comparison_sentence(c) in md
+    c = ranking.row("t5").comparison("peri_ln")
+    assert c.verdict == "undecided" and f"| ±{c.margin_equivalent:.4f} | undecided | {c.seeds_needed} |" in md
+    assert "**1 of 4 found placement(s) beat `peri_ln`** under Holm: t3" in md
     assert "## Failures and learning rates" in md and "0.003: 1.9600 (1/3 failed)" in md  # hybridnorm's 3e-3
     assert "## Did the search help?" in md
     # divergences and failures

@@ -17,7 +17,7 @@ def ranking():
 
 
 def comp(verdict, diff=-0.031, **kw):
-    base = dict(arch="t5", against="peri_ln", n=3, n_arch=3, n_against=3, method="pooled", diff=diff, ci_low=-0.052,
+    base = dict(arch="t5", against="peri_ln", n=3, n_arch=3, n_against=3, method="welch", diff=diff, ci_low=-0.052,
                 ci_high=-0.010, p_value=0.001, p_holm=0.004, p_improve=0.99, p_tost_holm=0.2, seeds_needed=None,
                 margin=0.02, verdict=verdict)
     return Comparison(**{**base, **kw})
@@ -41,18 +41,22 @@ def test_comparison_sentences_say_the_verdict_and_its_numbers():
     eq = comparison_sentence(comp("equivalent", diff=0.004, ci_low=-0.01, ci_high=0.018, p_tost_holm=0.012))
     assert eq.startswith("t5 is equivalent to peri_ln within ±0.02 bits/byte: difference +0.004")
     assert "both one-sided tests pass, Holm p = 0.012" in eq
-    und = comparison_sentence(comp("undecided", diff=-0.01, ci_low=-0.03, ci_high=0.01, seeds_needed=12))
-    assert "undecided, difference -0.010" in und and und.endswith("about 12 seeds per architecture would decide it "
-                                                                   "at this variance.")
-    never = comparison_sentence(comp("undecided", seeds_needed=None))
-    assert never.endswith("more than 1000 seeds per architecture would be needed to decide it.")
+    und = comparison_sentence(comp("undecided", diff=-0.01, ci_low=-0.03, ci_high=0.01, seeds_needed=12, se=0.01,
+                                   margin_equivalent=0.027, diff_planned=-0.005))
+    assert "undecided, difference -0.010" in und and "; equivalent within ±0.027 bits/byte at best;" in und
+    assert und.endswith("about 12 more seeds per architecture would decide it (80% power if the true difference "
+                        "were -0.005, the observed one shrunk toward 0).")
+    never = comparison_sentence(comp("undecided", seeds_needed=None, se=0.01))
+    assert never.endswith("more than 1000 more seeds per architecture would be needed to decide it.")
+    one_run = comparison_sentence(comp("undecided", method="none", n_arch=1, se=None))
+    assert one_run.startswith("t5 vs peri_ln: untested, difference -0.031 bits/byte (1 and 3 successful seeds")
     none = comparison_sentence(comp("undecided", diff=None, n_arch=1, n_against=0))
     assert none == "t5 vs peri_ln: not compared (1 and 0 successful seeds)."
     assert "bits/token" in comparison_sentence(comp("better"), unit="bits/token")
 
 
 def test_verdict_lines_count_what_beats_a_baseline(ranking):
-    assert verdict_line(ranking, "peri_ln").startswith("**no found placement beats `peri_ln`** under Holm (4 compared)")
+    assert verdict_line(ranking, "peri_ln").startswith("**1 of 4 found placement(s) beat `peri_ln`** under Holm: t3")
     ranked = rank(build_study(), against=["pre_ln"])
     better = [r.label for r in ranked.ranked if not r.is_baseline and r.comparison("pre_ln").verdict == "better"]
     line = verdict_line(ranked, "pre_ln")
@@ -65,9 +69,11 @@ def test_without_searched_placements_the_verdict_line_is_about_the_other_baselin
     baselines_only = rank(build_study(only=("pre_ln", "peri_ln", "hybridnorm")))
     worse = [r.label for r in baselines_only.ranked if r.comparison("peri_ln") is not None
              and r.comparison("peri_ln").verdict == "worse"]
-    assert worse  # the words follow the comparisons
+    undecided = [r.label for r in baselines_only.ranked if r.comparison("peri_ln") is not None
+                 and r.comparison("peri_ln").verdict == "undecided"]
+    assert worse and undecided  # the words follow the comparisons
     assert verdict_line(baselines_only, "peri_ln") == ("no searched placement; among the other baselines, under Holm: "
-                                                       f"worse: {', '.join(worse)}.")
+                                                       f"worse: {', '.join(worse)}; undecided: {', '.join(undecided)}.")
 
 
 def test_the_summary_names_the_first_and_the_best_baseline(ranking):

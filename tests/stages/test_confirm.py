@@ -23,7 +23,7 @@ from normsearch.errors import NormsearchError
 from normsearch.recipe import RacingConfig, load_recipe, recipe_from_dict
 from normsearch.records import RunResult
 from normsearch.search import open_results
-from normsearch.search._loop import extension
+from normsearch.search._loop import refinement
 from normsearch.search._open import fingerprint, stored_fingerprint
 from normsearch.stages import A_STAGE, Entry, Stage, confirm_handle
 from normsearch.stages.racing import racing_round
@@ -90,11 +90,11 @@ def _run(lr, loss, seed=0):
 
 
 def test_the_sweep_extends_past_the_end_that_holds_the_best_and_not_from_inside():
-    t = SimpleNamespace(lr_ratio=2.0)
-    assert extension([_run(1e-3, 3.0), _run(2e-3, 2.5)], t) == 4e-3
-    assert extension([_run(1e-3, 2.0), _run(2e-3, 2.5)], t) == 5e-4
-    assert extension([_run(1e-3, 3.0), _run(2e-3, 2.5), _run(4e-3, 2.7)], t) is None
-    assert extension([_run(1e-3, 3.0)], SimpleNamespace(lr_ratio=None)) is None
+    t = SimpleNamespace(lr=[1e-3, 2e-3], lr_extend=1, lr_resolution=None)
+    assert refinement([_run(1e-3, 3.0), _run(2e-3, 2.5)], t) == [(4e-3, "")]
+    assert refinement([_run(1e-3, 2.0), _run(2e-3, 2.5)], t) == [(5e-4, "")]
+    assert refinement([_run(1e-3, 3.0), _run(2e-3, 2.5), _run(4e-3, 2.7)], t) == []
+    assert refinement([_run(1e-3, 3.0)], SimpleNamespace(lr=[1e-3], lr_extend=1, lr_resolution=None)) == []
 
 
 def test_a_study_records_the_points_its_sweep_added(tmp_path):
@@ -437,3 +437,74 @@ def test_a_task_queued_twice_by_two_workers_is_trained_by_both_once(tmp_path):
     trained = [t for t in confirm_handle(open_results(folder)).study.get_trials()
                if t.state.name == "COMPLETE" and t.user_attrs.get("reused_from") is None]
     assert len(trained) == 2  # one trained trial a task; the second copies reuse it
+
+
+# -- the confirmatory design: primary contrasts and seeds from a power analysis ---------------------
+
+
+def _ranked_row(label, rank, baseline=False, lr=1e-3):
+    return SimpleNamespace(label=label, rank=rank, is_baseline=baseline, best_lr=lr)
+
+
+def test_primary_contrasts_resolve_their_words_and_refuse_bad_names():
+    from normsearch.stages.confirm import primary_pairs
+
+    rows = [_ranked_row("t3", 1), _ranked_row("pre_ln", 2, True), _ranked_row("t1", 3), _ranked_row("peri_ln", 4, True),
+            _ranked_row("t9", 5, lr=None)]
+    assert primary_pairs(["first vs best_baseline"], rows, ["pre_ln", "peri_ln"]) == [("t3", "pre_ln")]
+    assert primary_pairs(["first vs best_baseline"], rows, ["peri_ln"]) == [("t3", "peri_ln")]
+    assert primary_pairs(["t1 vs peri_ln", "first vs pre_ln"], rows, ["peri_ln"]) == [("t1", "peri_ln"), ("t3", "pre_ln")]
+    with pytest.raises(NormsearchError, match="'t4' is not an architecture the search ranked"):
+        primary_pairs(["t4 vs pre_ln"], rows, ["pre_ln"])
+    with pytest.raises(NormsearchError, match="'t9' is not"):  # every run failed: no chosen cell
+        primary_pairs(["t9 vs pre_ln"], rows, ["pre_ln"])
+    with pytest.raises(NormsearchError, match="with itself"):
+        primary_pairs(["pre_ln vs best_baseline"], rows, ["pre_ln"])
+    with pytest.raises(NormsearchError, match="no best baseline"):
+        primary_pairs(["first vs best_baseline"], rows, [])
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"seeds": 1}, "confirm.seeds must be >= 2"),
+    ({"seeds": "many"}, "confirm.seeds"),
+    ({"primary": ["t3 against pre_ln"]}, "is not a contrast"),
+    ({"power": 1.2}, "confirm.power"),
+    ({"seeds": "auto", "min_seeds": 12, "max_seeds": 6}, "min_seeds <= max_seeds"),
+])
+def test_a_bad_confirm_section_is_one_clear_line(bad, match):
+    from normsearch.config import from_mapping
+    from normsearch.recipe import ConfirmConfig
+
+    with pytest.raises(NormsearchError, match=match):
+        from_mapping(ConfirmConfig, bad, "confirm")
+
+
+@pytest.mark.slow
+def test_seeds_auto_designs_the_confirmation_and_the_report_leads_with_its_primary_contrast(tmp_path):
+    """A tiny study whose runs learn; the confirmation takes as many seeds as the primary contrast needs
+    (between min and max), stores its design, and report.md and ranking.json give the primary verdict,
+    designed power and no exploratory flag (no racing)."""
+    recipe = write_tiny_recipe(tmp_path, "auto", steps=40, trials=0)
+    r = runner.invoke(app, ["run", str(recipe), "--train.batch_size", "8", "--train.lr", "[1.0e-2]",
+                            "--train.seeds", "[0, 1, 2]", "--search.baselines", "[pre_ln, post_ln]",
+                            "--confirm.seeds", "auto", "--confirm.min_seeds", "3", "--confirm.max_seeds", "4",
+                            "--confirm.top", "0", "--confirm.test_bytes", "2000",
+                            "--confirm.primary", "[post_ln vs pre_ln]"])
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "results" / "auto"
+    handle = confirm_handle(open_results(folder))
+    info = handle.study.user_attrs[A_STAGE]
+    design = info["design"]
+    assert design["auto"] and 3 <= design["seeds"] <= 4 and len(info["seeds"]) == design["seeds"]
+    (plan,) = design["contrasts"]
+    assert design["primary"] == [["post_ln", "pre_ln"]] and plan["contrast"] == ["post_ln", "pre_ln"]
+    assert abs(plan["effect"]) <= abs(plan["search_diff"])  # shrunk toward 0
+    assert design["alpha_each"] == pytest.approx(0.05)  # one primary contrast
+    assert all(0 <= c["power"] <= 1 for c in design["contrasts"])
+    assert design["capped"] == any(c["power"] < design["target_power"] for c in design["contrasts"])
+    data = json.loads((folder / "ranking.json").read_text())
+    (p,) = data["confirmed"]["primary"]
+    assert (p["arch"], p["against"]) == ("post_ln", "pre_ln") and p["exploratory"] is False
+    assert data["confirmed"]["power"] == 0.8 and data["confirmed"]["design"]["seeds"] == design["seeds"]
+    assert all(c["exploratory"] is False for row in data["confirmed"]["rows"] for c in row["comparisons"])
+    assert "**Primary contrast** (declared before the runs; alpha 0.05" in (folder / "report.md").read_text()

@@ -99,7 +99,7 @@ def test_a_planted_reversal_is_named_and_a_small_one_is_within_noise():
     first_last = next(r for r in late if r.kind == "first-last")
     assert (first_last.a, first_last.b) == ("steady", "late")  # steady ahead at r0, behind at r3
     assert first_last.verdict == "both significant"
-    assert first_last.at_a.by == "loss" and first_last.at_a.method in ("pooled", "welch")
+    assert first_last.at_a.by == "loss" and first_last.at_a.method == "welch"
     assert first_last.at_a.diff < 0 < first_last.at_b.diff
     noise = [r for r in st.reversals if {r.a, r.b} == {"p", "q"}]
     assert noise and all(r.verdict == "within noise" for r in noise)
@@ -176,9 +176,10 @@ def test_crossing_curves_give_the_warning():
 
 def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_cross():
     """Parallel laws 0.02 apart: with little noise no warning; with more, the fitted curves still do
-    not cross before N*, but more than 10% of the draws' curves do, and that is warned of."""
+    not cross before N*, but more than 10% of the draws' curves do, and that is warned of. (Each mean is
+    drawn from its own t with n - 1 df, heavy-tailed at 3 seeds: "little noise" is a seed SD of 0.003.)"""
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.02, 1.5, 0.3)}
-    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.005, seed=4), target=1e8, n_draws=500)
+    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.003, seed=4), target=1e8, n_draws=500)
     assert quiet.extrapolation.crossings == []
     noisy = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.01, seed=4), target=1e8, n_draws=500)
     (c,) = noisy.extrapolation.crossings
