@@ -171,8 +171,9 @@ def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> 
         lines.append(f"| {name(a)} | {len(f.sizes)} | {f.E:.4f} {_ci(f.E_ci, '{:.4f}')} | {f.A:.4g} | "
                      f"{f.alpha:.3f} {_ci(f.alpha_ci)} | {num(f.rmse)} | {_md(note)} |")
     if any(f.exact for f in stats.fits.values() if f.ok):
-        lines += ["", "With three rungs a fit is exactly determined: three parameters through three points. It "
-                  "interpolates, and nothing in the data tests that the loss follows a power law."]
+        lines += ["", "With three rungs a fit has no residual degree of freedom: nothing in the data tests that "
+                  "the loss follows a power law. Where a bound holds (E at 0) the curve does not even pass "
+                  "through the points, and its RMSE is a misfit of the form, not noise."]
     x = stats.extrapolation
     if x is None:
         return lines + [""]

@@ -143,8 +143,9 @@ def fit_power_law(arch: str, sizes, means, mean_draws: np.ndarray | None = None)
     fit.rmse = math.sqrt(float(((f(x, e, b, a) - y) ** 2).mean()))
     fit.exact = len(sizes) == 3
     if fit.exact:
-        fit.notes.append("exactly determined: 3 rungs for 3 parameters, so the curve passes through the points "
-                         "(when the bounds allow) and no residual checks the functional form")
+        fit.notes.append("3 rungs for 3 parameters: no residual degree of freedom checks the functional form"
+                         + (" (and with E at its bound the curve misses the points)" if e <= 1e-6 else
+                            ", the curve passes through the points"))
     if e <= 1e-6:
         fit.notes.append("E at its bound 0: these rungs do not pin the asymptote")
     if a >= ALPHA_MAX - 1e-3 or a <= 1e-3:

@@ -74,7 +74,7 @@ def test_ladder_lines_have_every_section(crossed):
     for head in ("## Across model sizes", "### Does the order hold?", "### Reversals", "### Power laws"):
         assert head in text
     assert "| label | r0 | r1 | r2 |" in text
-    assert "exactly determined" in text  # three rungs
+    assert "no residual degree of freedom" in text  # three rungs
 
 
 def test_the_ladder_plot_needs_sizes(crossed):

@@ -1,7 +1,7 @@
 """normsearch.stats.ladder on synthetic ladders whose truth is set here: a preserved order agrees
 (tau = 1, narrow interval), the interval widens with the seeds' noise, a planted reversal is named
 (between any two rungs) and one inside the noise is labelled so, a planted power law is recovered,
-crossing curves (or crossing draws) are warned of, three rungs say the fit is exactly determined,
+crossing curves (or crossing draws) are warned of, three rungs say the fit has no residual degree of freedom,
 architectures that failed every run rank last, are named at every such rung and do not make the
 orders agree, and failures at every learning rate are kept beside the chosen one's. Fixed numpy
 seeds throughout."""
@@ -148,8 +148,8 @@ def test_three_rungs_say_the_fit_is_exactly_determined():
     st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=3), n_draws=200)
     f = st.fits["a"]
     assert f.ok and f.exact and f.rmse < 1e-6
-    assert any("exactly determined" in n for n in f.notes)
-    assert "exactly determined" in "\n".join(ladder_lines(st))
+    assert any("no residual degree of freedom" in n for n in f.notes)
+    assert "no residual degree of freedom" in "\n".join(ladder_lines(st))
 
 
 def test_too_few_rungs_or_a_rising_loss_give_no_fit_and_say_why():
