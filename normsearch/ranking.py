@@ -353,9 +353,11 @@ def _search_value(history: list[HistoryPoint], trials, recipe, study_name: str, 
     mine, controls = [p for p in found if p.kind != "control"], [p for p in found if p.kind == "control"]
     if len(found) < 2:
         return None
-    return search_value([value[p.number] for p in mine], [p.kind for p in mine], [value[c.number] for c in controls],
-                        orders=[p.order for p in mine], alpha=alpha,
-                        control_at=[sum(q.number < c.number for q in mine) for c in controls])
+    sv = search_value([value[p.number] for p in mine], [p.kind for p in mine], [value[c.number] for c in controls],
+                      orders=[p.order for p in mine], alpha=alpha,
+                      control_at=[sum(q.number < c.number for q in mine) for c in controls])
+    sv.startup_inferred = any(p.inferred for p in mine)
+    return sv
 
 
 def _cost(trials, recipe) -> Cost:

@@ -299,7 +299,13 @@ def search_lines(ranking: Ranking) -> list[str]:
                      "the space beside the sampler's proposals, the comparison this section is built for.")
     if sv.vs_startup is not None:
         lines.append("- " + _shift_sentence(sv.vs_startup, "its own random start-up proposals (uniform draws too, "
-                                                          "made before its model took over)"))
+                                                          "made before its model took over)")
+                     + (" Which proposals were start-up draws was not recorded by the version that made this study: "
+                        "it is worked out from the trials each one saw under today's start-up rule, which a study "
+                        "made under an older rule (where the baselines used up the start-up) did not follow; and the "
+                        "start-up proposals all came first, so the comparison also mixes in any drift over time."
+                        if sv.startup_inferred else " The start-up proposals all came first, so this comparison "
+                        "also mixes in any drift over time; the controls' does not."))
     failed = sum(1 for v in sv.scores if v == float("inf")) + sum(1 for v in sv.control_scores if v == float("inf"))
     counted = (f"{len(sv.scores)} proposals of the sampler ({sv.n_startup} start-up, {n_model} model-based) and "
                f"{sv.n_controls} control proposal(s), each scored by its architecture's mean; a repeat of an "

@@ -146,6 +146,7 @@ class Proposal:
     kind: str  # "control" | "startup" (the sampler's, drawn uniformly) | "model" (the sampler's, from its model)
     order: int  # a control: j; the sampler's: its proposal number k (in the order the proposals were asked)
     label: str
+    inferred: bool = False  # start-up or not was worked out again (the study predates the recorded flag)
 
 
 def searched_proposals(trials, recipe) -> list[Proposal]:
@@ -173,6 +174,7 @@ def searched_proposals(trials, recipe) -> list[Proposal]:
         if k is None or ("t", k) in out:
             continue
         startup = t.user_attrs.get(A_STARTUP)
+        inferred = startup is None
         if startup is None:
             if A_PROPOSAL in t.user_attrs and s.reproducible:
                 seen = slots.visible(k, list(s.baselines), s.in_flight)
@@ -182,5 +184,5 @@ def searched_proposals(trials, recipe) -> list[Proposal]:
                         and u.datetime_complete <= start]
             startup = is_startup(recipe, seen) if seen is not None else None
         out[("t", k)] = Proposal(t.number, "startup" if startup else "model", k,
-                                 t.user_attrs.get(A_LABEL) or f"t{t.number}")
+                                 t.user_attrs.get(A_LABEL) or f"t{t.number}", inferred)
     return sorted(out.values(), key=lambda p: (p.kind == "control", p.order))

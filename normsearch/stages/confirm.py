@@ -114,9 +114,10 @@ def primary_pairs(contrasts: list[str], rows, bases: list[str]) -> list[tuple[st
                                       f"successful run to confirm")
             if label not in labels:
                 hint = closest(label, sorted(labels))
+                mean = f" (did you mean {hint}?)" if hint else ""
                 raise NormsearchError(f"confirm.primary {c!r}: {label!r} is not an architecture the search ranked"
-                                      f"{f' (did you mean {hint}?)' if hint else ''}; it has {', '.join(sorted(labels))}, "
-                                      f"and the words first and best_baseline")
+                                      f"{mean}; it has {', '.join(sorted(labels))}, and the words first and "
+                                      f"best_baseline")
             pair.append(label)
         if pair[0] == pair[1]:
             raise NormsearchError(f"confirm.primary {c!r} compares {pair[0]} with itself")
@@ -142,9 +143,9 @@ def design(parent: StudyHandle, cfg: ConfirmConfig, found: list[Entry]) -> dict:
     pairs = primary_pairs(cfg.primary, rows, [e.label for e in found if e.baseline])
     missing = [x for p in pairs for x in p if x not in trained]
     if missing:
+        bases = ", ".join(e.label for e in found if e.baseline)
         raise NormsearchError(f"confirm.primary names {', '.join(dict.fromkeys(missing))}, which the confirmation does "
-                              f"not train (its top {cfg.top} and baselines {', '.join(e.label for e in found if e.baseline)}"
-                              f"); raise --top or add the baseline")
+                              f"not train (its top {cfg.top} and baselines {bases}); raise --top or add the baseline")
     alpha = parent.recipe.report.alpha / len(pairs)
     lo, hi = (cfg.min_seeds, cfg.max_seeds) if cfg.seeds == "auto" else (cfg.seeds, cfg.seeds)
     ns = list(range(lo, hi + 1))

@@ -304,6 +304,7 @@ class SearchValue:
     n_startup: int = 0
     n_model: int = 0
     n_controls: int = 0
+    startup_inferred: bool = False  # which proposals were start-up draws was worked out, not recorded
 
     @property
     def headline(self) -> ShiftTest | None:
