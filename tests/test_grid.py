@@ -164,3 +164,13 @@ def test_a_study_over_a_grid_chooses_one_cell_for_sampler_ranking_and_confirmati
     assert (tmp_path / "results" / "grid" / "checkpoints" / f"{pre.arch_id}.safetensors").is_file()
     runs = list((tmp_path / "results" / "grid" / "runs").glob("*/seed*_init-*.json"))
     assert runs and all(json.loads(p.read_text())["variant"]["init"] in ("gpt", "small") for p in runs)
+
+
+def test_a_run_in_a_variant_trains_with_its_init_and_warmup():
+    from normsearch.config import ModelConfig
+    from normsearch.grid import apply
+
+    model, t = apply(ModelConfig(), TrainConfig(steps=100, warmup=10), "init-small_warmup-60")
+    assert model.init == "small" and t.warmup == 60
+    model, t = apply(ModelConfig(), TrainConfig(steps=100, warmup=10), "")
+    assert model.init == ModelConfig().init and t.warmup == 10  # no variant: the recipe's own
