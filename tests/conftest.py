@@ -110,10 +110,10 @@ def tiny_study(tmp_path_factory):
     """A finished tiny study (2 baselines + 2 searched architectures): its results folder."""
     from normsearch.recipe import load_recipe
     from normsearch.search import run_study
-    from tiny import write_tiny_recipe
+    from tiny import LEARNING, write_tiny_recipe
 
-    folder = tmp_path_factory.mktemp("tiny-study")
-    handle = run_study(load_recipe(write_tiny_recipe(folder, name="shared", trials=2)))
+    folder = tmp_path_factory.mktemp("tiny-study")  # runs that learn: chosen cells and kept weights to export
+    handle = run_study(load_recipe(write_tiny_recipe(folder, name="shared", trials=2, **LEARNING)))
     return handle.folder
 
 

@@ -41,9 +41,9 @@ def scalenorm():
 
 RECIPE = """
 name: kind
-model: {{n_layers: 2, d_model: 16, n_heads: 2, context_length: 16}}
+model: {{n_layers: 2, d_model: 32, n_heads: 2, context_length: 32}}
 data: {{eval_windows: 4}}
-train: {{steps: 4, batch_size: 2, warmup: 1, eval_every: 4, lr: [3.0e-3], seeds: [0, 1], threads: 1}}
+train: {{steps: 40, batch_size: 8, warmup: 2, eval_every: 20, lr: [1.0e-2], seeds: [0, 1], threads: 1}}  # runs that learn
 space:
   kind: {kind}
   sites: {{attn_in: [none, norm], ffn_in: [norm], final: [norm]}}
