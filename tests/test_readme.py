@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 from normsearch.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
+# runs that learn (40 steps of 8 at lr 1e-2: below the unigram loss), so that the confirmation has cells to train at
 TINY = ["--model.n_layers", "2", "--model.d_model", "32", "--model.n_heads", "2", "--model.context_length", "32",
-        "--data.eval_windows", "4", "--train.steps", "6", "--train.batch_size", "4", "--train.warmup", "1",
-        "--train.eval_every", "3", "--train.seeds", "[0, 1]", "--search.trials", "1"]
+        "--data.eval_windows", "4", "--train.steps", "40", "--train.batch_size", "8", "--train.warmup", "2",
+        "--train.eval_every", "20", "--train.lr", "[1.0e-2]", "--train.seeds", "[0, 1]", "--search.trials", "1"]
 
 
 def first_screen_commands() -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..ranking import Ranking
 from ._columns import num
-from ._verdicts import UNIT, verdict_line
+from ._verdicts import UNIT, chosen_cell, verdict_line
 
 
 def _ci(low, high) -> str:
@@ -59,6 +59,10 @@ def primary_results(confirmed: Ranking, design: dict | None) -> list:
 
 def primary_lines(confirmed: Ranking, design: dict | None) -> list[str]:
     """The primary contrasts: what the confirmation was designed to decide, and its verdict."""
+    if design is not None and not design.get("primary"):
+        return ["**No primary contrast**: the default one (the search's first found placement against its best "
+                "baseline) needs both among the confirmed architectures with successful runs, and they are not; "
+                "every comparison below is secondary.", ""]
     comps = primary_results(confirmed, design)
     if not comps:
         return []
@@ -104,8 +108,8 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
     windows = max((x.test_windows for x in runs), default=0)
     lines.append(f"The search's top {settings.get('top', '?')} found placement(s) and the baselines were trained again "
                  f"on seeds that chose nothing ({', '.join(map(str, seeds))}"
-                 f"{' and those racing added' if stage_attrs.get('racing_round_0') else ''}), each at the learning "
-                 f"rate the search chose for it on its own seeds, and scored on a test split of {windows} windows "
+                 f"{' and those racing added' if stage_attrs.get('racing_round_0') else ''}), each at the cell "
+                 f"(learning rate, and init where the recipe tunes it) the search chose for it on its own seeds, and scored on a test split of {windows} windows "
                  f"({settings.get('test_bytes', 0):,}+ bytes) that no validation window touches. These are the "
                  f"verdicts; the search's numbers, from the seeds and windows that chose, are beside them "
                  f"(full confirmation report: [{report_path}]({report_path})).")
@@ -113,7 +117,7 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
     if not confirmed.ranked:
         return lines + ["The confirmation has no finished architecture yet.", ""]
     lines.append("| confirmed rank | architecture | test loss [95% CI] | seeds | failed | P(best) | rank interval "
-                 "| lr | search rank | search loss [95% CI] |")
+                 "| cell | search rank | search loss [95% CI] |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     by_label = {r.label: r for r in search.rows}
     for r in confirmed.ranked:
@@ -121,7 +125,7 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
         p = f"{r.p_best:.2f}" if r.p_best is not None else "-"
         lines.append(f"| {r.rank} | {r.label}{' (baseline)' if r.is_baseline else ''} | {num(r.score_mean)} "
                      f"{_ci(r.ci_low, r.ci_high)} | {r.n_seeds} | {r.n_failed} | {p} | [{r.rank_low}, {r.rank_high}] "
-                     f"| {num(r.best_lr, '{:g}')} | {s.rank if s else '-'} | "
+                     f"| {chosen_cell(r)} | {s.rank if s else '-'} | "
                      f"{num(s.score_mean) if s else '-'} {_ci(s.ci_low, s.ci_high) if s else ''} |")
     lines.append("")
     lines += primary_lines(confirmed, info.get("design"))

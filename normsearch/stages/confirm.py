@@ -16,6 +16,7 @@ from .racing import racing_round
 
 KIND = "confirm"
 FIRST, BEST_BASELINE = "first", "best_baseline"  # the words of confirm.primary
+DEFAULT_PRIMARY = [f"{FIRST} vs {BEST_BASELINE}"]
 log = logging.getLogger("normsearch")
 
 
@@ -140,8 +141,25 @@ def design(parent: StudyHandle, cfg: ConfirmConfig, found: list[Entry]) -> dict:
     rows = rank(parent, against=[]).rows
     by_label = {r.label: r for r in rows}
     trained = {e.label for e in found}
-    pairs = primary_pairs(cfg.primary, rows, [e.label for e in found if e.baseline])
+    try:
+        pairs = primary_pairs(cfg.primary, rows, [e.label for e in found if e.baseline])
+    except NormsearchError as e:
+        if cfg.primary != DEFAULT_PRIMARY or cfg.seeds == "auto":
+            raise
+        # the default contrast needs a found placement and a baseline with successful runs: without one, the
+        # confirmation has no primary contrast (said in the report) rather than no confirmation
+        log.warning("no primary contrast: %s", e)
+        pairs = []
+    if not pairs:
+        return {"primary": [], "alpha": parent.recipe.report.alpha, "alpha_each": None, "target_power": cfg.power,
+                "auto": False, "seeds": cfg.seeds, "contrasts": [], "capped": False}
     missing = [x for p in pairs for x in p if x not in trained]
+    if missing and cfg.primary == DEFAULT_PRIMARY and cfg.seeds != "auto":  # e.g. --top 0: baselines only
+        log.warning("no primary contrast: the confirmation does not train %s", ", ".join(dict.fromkeys(missing)))
+        pairs, missing = [], []
+    if not pairs:
+        return {"primary": [], "alpha": parent.recipe.report.alpha, "alpha_each": None, "target_power": cfg.power,
+                "auto": False, "seeds": cfg.seeds, "contrasts": [], "capped": False}
     if missing:
         bases = ", ".join(e.label for e in found if e.baseline)
         raise NormsearchError(f"confirm.primary names {', '.join(dict.fromkeys(missing))}, which the confirmation does "

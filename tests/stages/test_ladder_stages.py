@@ -71,9 +71,8 @@ def laddered(searched, no_plots):
 
 def _baselines_study(folder: Path, name: str, model: str, lr: str, steps: int = 10) -> Path:
     """A search of one baseline (no space, no trials), one seed: the cheapest study a ladder can stand
-    on. 10 steps stall (the loss stays above the unigram's), which the extending sweep does not mind
-    (it extends by the loss); 100 steps of a one-layer model succeed, under a second a run, which a
-    transfer needs (a stalled run has no chosen learning rate to transfer)."""
+    on. 10 steps stall (the loss stays above the unigram's): a failure, which leaves no chosen cell to
+    extend a sweep from or to transfer; 100 steps of a one-layer model succeed, under a second a run."""
     recipe = folder / f"{name}.yaml"
     recipe.write_text(f"""
 name: {name}
@@ -223,7 +222,7 @@ def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone
     included) and says the sweep was extended by the ladder's setting (the search's is 0). Then a
     fourth rung after the stored three trains alone, and a rung changed in the middle is refused."""
     study = _baselines_study(tmp_path, "sw", "{n_layers: 1, d_model: 16, n_heads: 2, context_length: 16}",
-                             "[1.0e-2, 3.0e-2]")
+                             "[1.0e-2, 3.0e-2]", steps=100)  # runs that succeed: a stalled run has no cell to extend
     three = "[{n_layers: 1}, {n_layers: 2}, {n_layers: 3}]"
     args = ["--top", "0", "--seeds", "1", "--lr-extend", "1", "--jobs", "1"]
     result = runner.invoke(app, ["ladder", str(study), "--rungs", three, *args])
