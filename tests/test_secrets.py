@@ -98,9 +98,9 @@ def test_validate_and_a_failed_run_print_no_password(tmp_path, monkeypatch):
 def test_nothing_a_study_writes_holds_the_password(tmp_path, monkeypatch, one_thread):
     """A whole tiny study whose storage URL carries a password (SQLite ignores it): run, status,
     report and export; no file under the folder and no line of output holds the password."""
-    from tiny import write_tiny_recipe
+    from tiny import LEARNING, write_tiny_recipe
 
-    recipe = write_tiny_recipe(tmp_path, name="secret", steps=4, trials=1)
+    recipe = write_tiny_recipe(tmp_path, name="secret", trials=1, **LEARNING)  # runs that learn: weights to export
     url = f"sqlite:///{tmp_path / 'db' / 'study.db'}?password={SECRET}"
     recipe.write_text(recipe.read_text() + f"storage: {url}\n")
     monkeypatch.chdir(tmp_path)

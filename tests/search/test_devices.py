@@ -62,7 +62,8 @@ def test_one_worker_per_device(tmp_path):
     trained = [t.user_attrs["arch_id"] for t in study.get_trials()
                if t.state.name == "COMPLETE" and t.user_attrs.get(A_REUSED) is None]
     assert len(trained) == len(set(trained)) == 4
-    assert len({t.user_attrs["worker"] for t in study.get_trials()}) == 2
+    # the two workers trained (a trial released without a task, e.g. a surplus proposal, names no worker)
+    assert len({t.user_attrs["worker"] for t in study.get_trials() if t.state.name == "COMPLETE"}) == 2
 
 
 @pytest.mark.parametrize("devices, message", [("0,x", "give GPU ids separated by commas"),
