@@ -109,7 +109,8 @@ def confirmed_lines(search: Ranking, confirmed: Ranking, stage_attrs: dict[str, 
     lines.append(f"The search's top {settings.get('top', '?')} found placement(s) and the baselines were trained again "
                  f"on seeds that chose nothing ({', '.join(map(str, seeds))}"
                  f"{' and those racing added' if stage_attrs.get('racing_round_0') else ''}), each at the cell "
-                 f"(learning rate, and init where the recipe tunes it) the search chose for it on its own seeds, and scored on a test split of {windows} windows "
+                 f"(learning rate, and init where the recipe tunes it) the search chose for it on its own "
+                 f"seeds, and scored on a test split of {windows} windows "
                  f"({settings.get('test_bytes', 0):,}+ bytes) that no validation window touches. These are the "
                  f"verdicts; the search's numbers, from the seeds and windows that chose, are beside them "
                  f"(full confirmation report: [{report_path}]({report_path})).")
