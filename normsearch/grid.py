@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -220,12 +220,3 @@ def vertex(a, cell=None) -> float | None:
         return None
     return round_lr(10 ** xv)
 
-
-def tags_of(runs: Iterable) -> list[str]:
-    """The variant tags of ``runs`` (RunResults), in first-seen order."""
-    out: list[str] = []
-    for r in runs:
-        tag = variant_tag(getattr(r, "variant", None) or {})
-        if tag not in out:
-            out.append(tag)
-    return out

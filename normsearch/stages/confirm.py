@@ -150,9 +150,6 @@ def design(parent: StudyHandle, cfg: ConfirmConfig, found: list[Entry]) -> dict:
         # confirmation has no primary contrast (said in the report) rather than no confirmation
         log.warning("no primary contrast: %s", e)
         pairs = []
-    if not pairs:
-        return {"primary": [], "alpha": parent.recipe.report.alpha, "alpha_each": None, "target_power": cfg.power,
-                "auto": False, "seeds": cfg.seeds, "contrasts": [], "capped": False}
     missing = [x for p in pairs for x in p if x not in trained]
     if missing and cfg.primary == DEFAULT_PRIMARY and cfg.seeds != "auto":  # e.g. --top 0: baselines only
         log.warning("no primary contrast: the confirmation does not train %s", ", ".join(dict.fromkeys(missing)))
