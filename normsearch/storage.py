@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import time
+import weakref
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -153,7 +154,9 @@ def open_storage(url: str, create: bool = True):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+            _opened.add(storage)
+            return storage
         except ImportError as e:
             raise NormsearchError(f"storage {mask_url(url)}: the database driver is missing ({mask_text(str(e))}); "
                                   f"for PostgreSQL: pip install 'normsearch[postgres]'") from None
@@ -163,6 +166,19 @@ def open_storage(url: str, create: bool = True):
                 continue
             raise NormsearchError(f"cannot open storage {mask_url(url)}: {_reason(e)}") from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_opened: weakref.WeakSet = weakref.WeakSet()  # the RDB storages this process opened
+
+
+def _discard_sessions() -> None:
+    """Drop this thread's database session of every open storage, so that a retry starts on a fresh
+    one instead of a session left mid-transaction by a lost connection (SQLAlchemy refuses those)."""
+    for storage in list(_opened):
+        try:
+            storage.scoped_session.remove()
+        except Exception as e:  # closing a dead connection may itself fail; the pool replaces it
+            log.debug("discarding a storage session: %s", e)
 
 
 def _creation_race(e: BaseException) -> bool:
@@ -176,6 +192,15 @@ def _creation_race(e: BaseException) -> bool:
     text = str(e)
     races = ("already exists", "duplicate key", "UNIQUE constraint failed: alembic_version")
     return isinstance(e, sa.SQLAlchemyError) and any(r in text for r in races)
+
+
+def describe_error(e: BaseException) -> str:
+    """An error's message, with what Optuna's StorageInternalError wraps (its class and first line)
+    and every known password masked."""
+    cause = e.__cause__
+    if cause is not None and type(e).__name__ == "StorageInternalError":
+        return mask_text(f"{e} (caused by {type(cause).__name__}: {_why(cause)})")
+    return mask_text(str(e))
 
 
 def _reason(e: BaseException) -> str:
@@ -210,6 +235,13 @@ def transient(e: BaseException) -> bool:
     if isinstance(e, (sa.OperationalError, sa.InterfaceError, sa.DisconnectionError)):
         return True
     if isinstance(e, sa.DBAPIError) and e.connection_invalidated:
+        return True
+    # A session whose connection died mid-transaction: the next use of it is refused until it is rolled
+    # back ("Can't reconnect until invalid transaction is rolled back", "current transaction is
+    # aborted"); :func:`retry` discards the session, and the operation goes through on a fresh one.
+    if isinstance(e, (sa.PendingRollbackError, sa.ResourceClosedError)):
+        return True
+    if isinstance(e, sa.DBAPIError) and "current transaction is aborted" in str(e):
         return True
     if isinstance(e, optuna.exceptions.StorageInternalError):
         # Optuna wraps every database error of a session in this; judge by what it wraps
@@ -259,6 +291,7 @@ def retry(fn: Callable[[], T], what: str, patience: float | None = None) -> T:
                                           f"{_reason(e)}") from None
                 raise
             log.warning("storage error while trying to %s (%s); retrying in %.1f s", what, _reason(e), delay)
+            _discard_sessions()
             time.sleep(delay)
             waited += delay
             delay = min(delay * 2, 15.0) * (0.8 + 0.4 * random.random())

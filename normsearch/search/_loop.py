@@ -135,7 +135,7 @@ class Search:
             self.fail(trial, "stopped by an error", retry_it=True)
             raise
         except Exception as e:
-            self.fail(trial, f"error: {type(e).__name__}: {e}", retry_it=False)
+            self.fail(trial, f"error: {type(e).__name__}: {_storage.describe_error(e)}", retry_it=False)
             log.error("trial %d failed: %s: %s", trial.number, type(e).__name__, e)
             if errors + 1 >= 3:
                 raise
