@@ -275,6 +275,9 @@ def ladder(
                                      "vary the width alone, else sweep; transfer elsewhere is refused)."),
     lr_extend: Optional[int] = typer.Option(None, help="Points the sweep may add past an end that holds the best, "
                                             "per rung (default: train.lr_extend)."),
+    lr_resolution: Optional[float] = typer.Option(None, help="Refine each architecture's sweep at every rung to this "
+                                                "many decades around its best; 0: no refinement (default: "
+                                                "train.lr_resolution)."),
     target: Optional[float] = typer.Option(None, help="Extrapolate the order to this many parameters."),
     out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png, and each "
                                        "rung's report in OUT/ladder-<i>/ (default: results/<name>/ladder, the rungs' "
@@ -297,7 +300,7 @@ def ladder(
 
     parent = _stage_parent(**shared)
     given = {"tokens_per_param": tokens_per_param, "max_steps": max_steps, "lr": lr, "target": target,
-             "lr_extend": lr_extend}
+             "lr_extend": lr_extend, "lr_resolution": lr_resolution}
     given = {**{k: v for k, v in given.items() if v is not None}, **_stage_settings(shared)}
     if rungs is not None:
         given["rungs"] = _yaml.loads(rungs, "--rungs")

@@ -230,6 +230,7 @@ class LadderConfig:
     max_steps: int | None = None  # the cap on steps per run
     lr: Literal["auto", "sweep", "transfer"] = "auto"  # auto: transfer under mup along width alone, else sweep
     lr_extend: int | None = None  # the sweep's extension at each rung (default: train.lr_extend)
+    lr_resolution: float | None = None  # the sweep's refinement at each rung, decades; 0: none (default: the search's)
     target: float | None = None  # extrapolate the order to this many parameters
 
     def __post_init__(self):
@@ -251,6 +252,8 @@ class LadderConfig:
             raise NormsearchError("ladder.tokens_per_param must be > 0")
         if self.lr_extend is not None and self.lr_extend < 0:
             raise NormsearchError("ladder.lr_extend must be >= 0")
+        if self.lr_resolution is not None and self.lr_resolution < 0:
+            raise NormsearchError("ladder.lr_resolution must be >= 0 decades (0: no refinement)")
         if self.max_steps is not None and self.max_steps < 1:
             raise NormsearchError("ladder.max_steps must be >= 1")
         if self.target is not None and self.target <= 0:

@@ -27,7 +27,8 @@ from ._stage import A_STAGE, Entry, Stage, find_stage, open_stage, run_stage, se
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
 #: (``target`` is not among them: it changes the report, never a run)
-SHARED = ("top", "baselines", "seeds", "first_seed", "tokens_per_param", "max_steps", "lr", "lr_extend")
+SHARED = ("top", "baselines", "seeds", "first_seed", "tokens_per_param", "max_steps", "lr", "lr_extend",
+          "lr_resolution")
 
 
 def kind_of(i: int) -> str:
@@ -158,7 +159,8 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
         scale = steps / t.steps
         train = replace(t, steps=steps, warmup=min(steps, round(t.warmup * scale)),
                         eval_every=max(1, round(t.eval_every * scale)),
-                        lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend)
+                        lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend,
+                        lr_resolution=resolution(t.lr_resolution, cfg.lr_resolution) or None)
         out.append(Rung(i, dict(overrides), steps, n, stage_recipe(parent, kind_of(i), model=model, train=train)))
     for a, b in zip(out, out[1:]):
         if b.n_params <= a.n_params:
@@ -221,7 +223,14 @@ def _normal(recipe: Recipe, settings: dict) -> dict:
     out["baselines"] = list(recipe.search.baselines if out["baselines"] is None else out["baselines"])
     if out["lr_extend"] is None:
         out["lr_extend"] = recipe.train.lr_extend
+    out["lr_resolution"] = resolution(recipe.train.lr_resolution, out["lr_resolution"])
     return out
+
+
+def resolution(search: float | None, given: float | None) -> float:
+    """The sweep's refinement at each rung in decades, 0 for none: ``given``, or when it is None the
+    search's ``train.lr_resolution`` (a ladder stored before the setting existed was trained with that)."""
+    return float(given) if given is not None else float(search or 0)
 
 
 def settings_of(recipe: Recipe, cfg: LadderConfig, mode: str, i: int) -> dict:

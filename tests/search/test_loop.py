@@ -205,8 +205,10 @@ def test_validate_every_shipped_recipe(recipe):
 def test_every_shipped_recipe_runs_at_a_tiny_size(recipe, tmp_path):
     """Each recipe end to end, shrunk: its baselines (and one searched placement) train, the report is
     written and the ranked table printed."""
-    searched = ["--search.trials", "1"] if load_recipe(recipe).space is not None else []
-    r = runner.invoke(app, ["run", recipe, "--results_dir", str(tmp_path), *TINY_OVERRIDES, *searched])
+    loaded = load_recipe(recipe)
+    searched = ["--search.trials", "1"] if loaded.space is not None else []
+    confirmed = ["--confirm.seeds", "2", "--confirm.test_bytes", "5000"] if loaded.confirm is not None else []
+    r = runner.invoke(app, ["run", recipe, "--results_dir", str(tmp_path), *TINY_OVERRIDES, *searched, *confirmed])
     assert r.exit_code == 0, r.output
     handle = open_results(next(tmp_path.iterdir()))
     c = census(handle.study)
