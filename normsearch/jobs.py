@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-KINDS = ("run", "confirm", "ladder")
+KINDS = ("run", "confirm", "ladder", "robustness")
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Job:
     confirm: Any = None  # ConfirmConfig (a confirm job)
     racing: Any = None  # RacingConfig or None (a confirm job)
     ladder: Any = None  # LadderConfig (a ladder job)
+    robustness: Any = None  # RobustnessConfig (a robustness job)
 
     # -- words for the user ------------------------------------------------------------------------
 
@@ -50,7 +51,7 @@ class Job:
         """What the same command resumes."""
         name = self.recipe.name
         return {"run": f"study {name!r}", "confirm": f"the confirmation of {name!r}",
-                "ladder": f"the ladder of {name!r}"}[self.kind]
+                "ladder": f"the ladder of {name!r}", "robustness": f"the robustness variants of {name!r}"}[self.kind]
 
     # -- the work ----------------------------------------------------------------------------------
 
@@ -75,10 +76,14 @@ class Job:
             from .stages import open_confirm
 
             open_confirm(parent, self.confirm, self.racing)
-        else:
+        elif self.kind == "ladder":
             from .stages.ladder import open_rungs
 
             open_rungs(parent, self.ladder)
+        else:
+            from .stages.robustness import open_variants
+
+            open_variants(parent, self.robustness)
         return parent.storage_url
 
     def work(self, display=None, verbose: bool = False, index: int = 0):
@@ -97,10 +102,14 @@ class Job:
             from .stages import run_confirm
 
             run_confirm(parent, self.confirm, self.racing, display, verbose)
-        else:
+        elif self.kind == "ladder":
             from .stages.ladder import run_ladder
 
             run_ladder(parent, self.ladder, display, verbose)
+        else:
+            from .stages.robustness import run_robustness
+
+            run_robustness(parent, self.robustness, display, verbose)
         return parent
 
     # -- typed round trip --------------------------------------------------------------------------
@@ -115,12 +124,14 @@ class Job:
                 "folder": str(self.folder) if self.folder is not None else None, "study_name": self.study_name,
                 "confirm": to_mapping(self.confirm) if self.confirm is not None else None,
                 "racing": to_mapping(self.racing) if self.racing is not None else None,
-                "ladder": to_mapping(self.ladder) if self.ladder is not None else None}
+                "ladder": to_mapping(self.ladder) if self.ladder is not None else None,
+                "robustness": to_mapping(self.robustness) if self.robustness is not None else None}
 
     @classmethod
     def from_json(cls, d: dict, storage: str | None = None) -> "Job":
         from .config import from_mapping
         from .recipe import ConfirmConfig, RacingConfig, ladder_config, recipe_from_dict
+        from .sections import RobustnessConfig
 
         if d.get("kind") not in KINDS:
             raise ValueError(f"not a job: {d.get('kind')!r}")
@@ -128,7 +139,9 @@ class Job:
         job = cls(d["kind"], recipe, storage, Path(d["folder"]) if d.get("folder") else None, d.get("study_name"),
                   from_mapping(ConfirmConfig, d["confirm"], "confirm") if d.get("confirm") is not None else None,
                   from_mapping(RacingConfig, d["racing"], "racing") if d.get("racing") is not None else None,
-                  ladder_config(d["ladder"]) if d.get("ladder") is not None else None)
+                  ladder_config(d["ladder"]) if d.get("ladder") is not None else None,
+                  from_mapping(RobustnessConfig, d["robustness"], "robustness") if d.get("robustness") is not None
+                  else None)
         return job.with_threads(d.get("threads"))
 
 

@@ -348,3 +348,39 @@ class ReportConfig:
             raise NormsearchError(f"report.margin must be a number > 0 (bits/byte), not {self.margin!r}")
         if not 0 < self.alpha < 0.5:
             raise NormsearchError(f"report.alpha must be in (0, 0.5), not {self.alpha!r}")
+
+
+@dataclass(frozen=True)
+class RobustnessConfig:
+    """Recipe variants (``normsearch robustness``): the top placements and the baselines retrained under
+    named variants of the recipe (normsearch.stages.robustness.VARIANTS, or ``define``d here), each a
+    stage of the study, on fresh seeds, the learning rate swept in each."""
+
+    variants: list[str] = field(default_factory=list)  # names, in order; empty: the default list
+    define: dict = field(default_factory=dict)  # more variants: name -> {section.key: value}
+    top: int = 2  # found placements, by the search's (confirmed) ranking
+    baselines: list[str] | None = None  # default: search.baselines
+    seeds: int = 3
+    first_seed: int = 3000
+    lr_extend: int | None = None  # the sweep's extension in each variant (default: train.lr_extend)
+    lr_resolution: float | None = None  # its refinement, decades; 0: none (default: train.lr_resolution)
+
+    def __post_init__(self):
+        from .baselines import BASELINES
+
+        if self.top < 0 or self.seeds < 1:
+            raise NormsearchError("robustness.top must be >= 0 and robustness.seeds >= 1")
+        for b in self.baselines or []:
+            if b not in BASELINES:
+                raise NormsearchError(f"robustness.baselines: {unknown('baseline', b, BASELINES)}")
+        if self.lr_extend is not None and self.lr_extend < 0:
+            raise NormsearchError("robustness.lr_extend must be >= 0")
+        if self.lr_resolution is not None and self.lr_resolution < 0:
+            raise NormsearchError("robustness.lr_resolution must be >= 0 decades (0: no refinement)")
+        for name, overrides in self.define.items():
+            if not isinstance(overrides, dict) or not all(isinstance(k, str) and "." in k for k in overrides):
+                raise NormsearchError(f"robustness.define.{name}: a variant is a mapping of recipe overrides "
+                                      f"(section.key: value), e.g. {{train.weight_decay: 0.3}}, not {overrides!r}")
+        problem = seed_problem(self.first_seed, "robustness.first_seed")
+        if problem:
+            raise NormsearchError(problem)

@@ -16,6 +16,7 @@ from ._analysis import (Importance, SiteEffect, best_runs, diagnostics_summary, 
                         site_effects, site_importance)
 from ._columns import COLUMNS, CSV, SUMMARY, TABLE, UNIT
 from ._ladder import write_ladder_report
+from ._robustness import write_robustness_report
 from ._files import ReportResult, check_out_dir, ranking_json, write_csv, write_report
 from ._markdown import PLOT_CAPTIONS, report_markdown
 from ._terminal import compact_table, terminal_summary
@@ -47,4 +48,5 @@ __all__ = [
     "best_runs", "check_out_dir", "compact_table", "diagnostics_summary", "mean_curve", "mean_diagnostic",
     "ranking_json", "ranking_table", "report_markdown", "comparison_sentence", "score_definition", "site_effects",
     "site_importance", "terminal_summary", "write_csv", "write_ladder_report", "write_report",
+    "write_robustness_report",
 ]
