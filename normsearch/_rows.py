@@ -80,6 +80,18 @@ class Row:
     # there, and the lowest mean where nothing failed: {lr, variant, mean, n_ok, n_failed, failure_rate}
     loss_optimal: dict | None = None
     failure_free: dict | None = None
+    n_other_precision: int = 0  # runs left out: of a precision the ranking does not compare (Judgement.precision)
+    # what the row's norms cost against the best baseline (normsearch._throughput; docs/statistics.md §13):
+    # median tokens/s over the chosen cells' runs, this row's over the baseline's
+    throughput_ratio: float | None = None
+    step_speedup: float | None = None  # steps the baseline needs to reach this row's final loss / this row's steps
+    effective_speedup: float | None = None  # step_speedup x throughput_ratio: compute the baseline needs, per ours
+    speedup_lower_bound: bool = False  # the baseline never reached this loss: both speed-ups are lower bounds
+    # the other way round: the baseline's steps over the steps this row needs to reach the baseline's final loss on
+    # its own curve, x throughput_ratio (exact where effective_speedup is only a bound: a row ahead per step)
+    speedup_at_baseline_loss: float | None = None
+    speedup_note: str = ""  # why a speed-up is null
+    speedup_against: str = ""  # the best baseline (the best-ranked baseline row)
     comparisons: list[Any] = field(default_factory=list)  # normsearch.stats.Comparison, this row vs a baseline
     runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
 

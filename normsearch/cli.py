@@ -275,6 +275,13 @@ def ladder(
                                      "vary the width alone, else sweep; transfer elsewhere is refused)."),
     lr_extend: Optional[int] = typer.Option(None, help="Points the sweep may add past an end that holds the best, "
                                             "per rung (default: train.lr_extend)."),
+    preset: Optional[str] = typer.Option(None, help="A ladder set up in one word: gpu (21M to 354M parameters, 20 "
+                                         "tokens per parameter, GPT-2 BPE .bin files, bf16 on CUDA; give the data "
+                                         "with --recipe '{data.path: DIR}'). Settings given beside it win."),
+    name: Optional[str] = typer.Option(None, "--name", help="A second ladder of the same study, trained and stored "
+                                       "apart (stages ladder-NAME-<i>; default: the study's ladder)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Recipe overrides every rung shares, as YAML: "
+                                         "'{train.precision: bf16-mixed, data.path: /data/fineweb10B}'."),
     lr_resolution: Optional[float] = typer.Option(None, help="Refine each architecture's sweep at every rung to this "
                                                 "many decades around its best; 0: no refinement (default: "
                                                 "train.lr_resolution)."),
@@ -298,15 +305,34 @@ def ladder(
     from .ranking import DEFAULT_AGAINST
     from .stages.ladder import plan_rungs, resolve_ladder
 
-    parent = _stage_parent(**shared)
     given = {"tokens_per_param": tokens_per_param, "max_steps": max_steps, "lr": lr, "target": target,
              "lr_extend": lr_extend, "lr_resolution": lr_resolution}
     given = {**{k: v for k, v in given.items() if v is not None}, **_stage_settings(shared)}
+    if name is not None:
+        given["name"] = name
+    if recipe is not None:
+        given["recipe"] = _yaml.loads(recipe, "--recipe")
+        if not isinstance(given["recipe"], dict):
+            raise NormsearchError(f"--recipe must be a mapping of recipe overrides, e.g. "
+                                  f"'{{data.path: /data/fineweb10B}}', not {recipe!r}")
+    if preset is not None:
+        from .stages.ladder import PRESETS
+
+        if preset not in PRESETS:
+            from .errors import unknown
+
+            raise NormsearchError(f"--preset: {unknown('preset', preset, PRESETS)}")
+        given = {**PRESETS[preset], **given, "recipe": {**PRESETS[preset]["recipe"], **given.get("recipe", {})}}
+        if given["recipe"].get("data.corpus") == "bin" and not given["recipe"].get("data.path"):
+            raise NormsearchError(f"--preset {preset} trains on pre-tokenized GPT-2 BPE files this machine has "
+                                  f"(nanoGPT's train.bin and val.bin; nothing is downloaded): give their folder with "
+                                  f"--recipe '{{data.path: DIR}}'")
     if rungs is not None:
         given["rungs"] = _yaml.loads(rungs, "--rungs")
         if not isinstance(given["rungs"], list):
             raise NormsearchError(f"--rungs must be a list of model overrides, smallest first, e.g. "
                                   f"'[{{n_layers: 2}}, {{n_layers: 4}}, {{n_layers: 8}}]', not {rungs!r}")
+    parent = _stage_parent(**shared)
     cfg = resolve_ladder(parent, given, report_only)
     plan_rungs(parent.recipe, cfg)  # the rungs checked (and required) before anything trains
     if not report_only:
@@ -314,10 +340,10 @@ def ladder(
     from .report import write_ladder_report
 
     bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
-    path = write_ladder_report(parent, cfg, out or parent.folder / "ladder", list(bases) or list(DEFAULT_AGAINST),
-                               rungs_dir=out)
+    folder = out or parent.folder / ("ladder" + (f"-{cfg.name}" if cfg.name else ""))
+    path = write_ladder_report(parent, cfg, folder, list(bases) or list(DEFAULT_AGAINST), rungs_dir=out)
     typer.echo(f"ladder report: {path} (with ladder.json and ladder.png; each rung's report in "
-               f"{out or parent.folder}/ladder-<i>/)")
+               f"{out or parent.folder}/ladder-{cfg.name + '-' if cfg.name else ''}<i>/)")
 
 
 @app.command(context_settings=OVERRIDES)

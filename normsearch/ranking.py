@@ -13,6 +13,11 @@ and marked. The statistics are :mod:`normsearch.stats`' (rules and thresholds in
   that mean loss;
 - intervals and comparisons use each architecture's own seed-to-seed variance (Welch), never a
   pooled one, and no test of equal variances switches anything;
+- runs of different precisions are never pooled: when a study's runs mix them (``train.precision: auto``
+  chose differently on different machines), only the precision most of its runs used is compared, the
+  others counted as left out (:func:`normsearch._throughput.compared_precision`);
+- every row's tokens/s and effective speed-up against the best baseline: what its norms cost
+  (:mod:`normsearch._throughput`);
 - every comparison with a baseline is one family: ``better``/``worse`` under Holm, ``equivalent``
   only when two one-sided tests pass within ``report.margin``, else ``undecided`` with the seeds that
   would resolve it; P(best), rank intervals and P(a < b) come from per-architecture posterior draws.
@@ -35,6 +40,7 @@ from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
 RANKED = "COMPLETE"
+OTHER_PRECISION = "OTHER_PRECISION"  # a row whose every run trained at a precision the ranking does not compare
 
 
 @dataclass
@@ -85,6 +91,9 @@ class Judgement:
     n_comparisons: int = 0
     unigram_bpb: float | None = None  # the stall reference; None when the data could not be read
     search: Any = None  # normsearch.stats.SearchValue of the searched trials, or None
+    precision: str | None = None  # the one precision whose runs are compared (None: no runs)
+    precisions: dict[str, int] = field(default_factory=dict)  # every precision -> its evaluated runs
+    precision_excluded: int = 0  # runs left out for being of another precision
 
 
 @dataclass
@@ -159,9 +168,17 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
             if hasattr(dist, "choices"):
                 choices.setdefault(name, list(dist.choices))
 
+    from ._throughput import add_speedups, compared_precision
+
     rows = [_row(arch, ts, n_layers) for arch, ts in groups.items()]
+    precision, precisions = compared_precision(rows)
+    if len(precisions) > 1:  # never pooled: the majority's runs alone
+        rows = [_row(arch, ts, n_layers, precision) for arch, ts in groups.items()]
     against = list(dict.fromkeys([*against, *required_against]))
     judgement = _judge(rows, against, recipe, margin, alpha)
+    judgement.precision, judgement.precisions = precision, precisions
+    judgement.precision_excluded = sum(r.n_other_precision for r in rows)
+    add_speedups(rows)
     if _raced(study):  # racing chose where to add seeds from the results: no verdict of it is confirmatory
         for r in rows:
             for c in r.comparisons:
@@ -180,7 +197,8 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     history = []
     for t in trials:
         rec = records[t.number]
-        if t.state.name not in ("COMPLETE", "PRUNED") or rec.arch_id not in by_arch:
+        if t.state.name not in ("COMPLETE", "PRUNED") or rec.arch_id not in by_arch \
+                or by_arch[rec.arch_id].state == OTHER_PRECISION:  # not compared: neither good nor bad
             continue
         r = by_arch[rec.arch_id]
         history.append(HistoryPoint(t.number, r.label, rec.arch_id, t.state.name,
@@ -216,8 +234,9 @@ def check_against(names, study_name: str, records: list[ArchRecord]) -> None:
         raise NormsearchError(f"--against {name!r}: study {study_name!r} has no architecture of that name ({hint})")
 
 
-def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
-    """The row's identity and runs; the statistics are filled in by :func:`_judge`."""
+def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int, precision: str | None = None) -> Row:
+    """The row's identity and runs; the statistics are filled in by :func:`_judge`. ``precision``: keep the
+    runs of that precision alone (the others are counted in ``n_other_precision``)."""
     with_runs = [(t, rec, trial_runs(t)) for t, rec in ts]
     with_runs = [x for x in with_runs if x[2]]
     owners = [x for x in with_runs if x[0].state.name == "COMPLETE"] or with_runs
@@ -225,7 +244,8 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
     for _, _, runs_of in owners:
         for r in runs_of:
             merged.setdefault((int(r.seed), float(r.lr), variant_tag(r.variant or {})), r)
-    runs = list(merged.values())
+    every = list(merged.values())
+    runs = every if precision is None else [r for r in every if (r.precision or "") == precision]
     first = owners[0][0] if owners else ts[0][0]
     recs = [rec for _, rec in ts]
     base = next((rec.baseline for rec in recs if rec.baseline), None)
@@ -240,15 +260,17 @@ def _row(arch: str, ts: list[tuple[Any, ArchRecord]], n_layers: int) -> Row:
     finished = [r for r in runs if r.finished]
     evaluated = [r for r in runs if r.curve]
     state = first.state.name if evaluated else ("INCOMPLETE" if first.state.name == "COMPLETE" else first.state.name)
+    if every and not runs:
+        state = OTHER_PRECISION
     row = Row(
         rank=None, label=label, is_baseline=base is not None, arch_id=arch, sites=sites, placement=placement,
         state=state, score_mean=None, ci_low=None, ci_high=None, n_seeds=0,
         n_runs=len(runs), n_diverged=sum(bool(r.diverged) for r in runs), best_lr=None,
-        lr_sensitivity=None, n_params=int(runs[0].n_params or 0) if runs else 0,
+        lr_sensitivity=None, n_params=int(every[0].n_params or 0) if every else 0,
         tokens_per_s=sum(r.tokens_per_s for r in finished) / len(finished) if finished else 0.0,
-        kernels=_join(r.kernels for r in runs), precision=_join(r.precision for r in runs),
+        kernels=_join(r.kernels for r in runs), precision=_join(r.precision for r in every),
         triton_version=_join(r.triton_version for r in runs), device=_join(r.device for r in runs),
-        n_norm_params=int(runs[0].n_norm_params or 0) if runs else 0,
+        n_norm_params=int(every[0].n_norm_params or 0) if every else 0, n_other_precision=len(every) - len(runs),
         wall_time=sum(float(r.wall_time or 0.0) for r in runs),
         trials=[t.number for t, _ in ts], params=params, runs=runs,
     )

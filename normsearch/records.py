@@ -89,7 +89,10 @@ class RunResult:
     tokens_per_s: float = 0.0
     n_params: int = 0
     n_norm_params: int = 0
-    precision: str = ""
+    precision: str = ""  # what the run trained in: 32-true, bf16-mixed or 16-mixed (train.precision resolved)
+    # train.precision auto: what it chose and why, {chosen, fp32_tok_s, bf16_tok_s, ratio, margin, cached, reason}
+    # (normsearch._precision.PrecisionChoice); None when the recipe named the precision
+    precision_choice: dict | None = None
     kernels: str = ""
     triton_version: str | None = None
     device: str = ""

@@ -45,7 +45,8 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0  # global norm; 0 turns clipping off
     eval_every: int = 50  # steps between validation evaluations (and diagnostics)
-    precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
+    # auto: bf16 on GPU; on CPU the faster here of fp32 and bf16 autocast, measured (normsearch._precision)
+    precision: Literal["auto", "32-true", "bf16-mixed", "16-mixed"] = "auto"
     kernels: Literal["auto", "torch", "triton"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # CPU threads for torch (default: torch's choice)
@@ -232,10 +233,22 @@ class LadderConfig:
     lr_extend: int | None = None  # the sweep's extension at each rung (default: train.lr_extend)
     lr_resolution: float | None = None  # the sweep's refinement at each rung, decades; 0: none (default: the search's)
     target: float | None = None  # extrapolate the order to this many parameters
+    # a second ladder of the same study: its stages are ladder-<name>-<i> ("": the study's ladder, ladder-<i>)
+    name: str = ""
+    # recipe overrides every rung shares (section.key: value), e.g. the data and precision of a GPU ladder
+    recipe: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        import re
+
         from .baselines import BASELINES
 
+        if self.name and (not re.fullmatch(r"[a-z][a-z0-9-]*", self.name) or len(self.name) > 40):
+            raise NormsearchError(f"ladder.name {self.name!r}: a lowercase word (letters, digits, '-'), starting "
+                                  f"with a letter")
+        if not isinstance(self.recipe, dict) or not all(isinstance(k, str) and "." in k for k in self.recipe):
+            raise NormsearchError(f"ladder.recipe: a mapping of recipe overrides every rung shares (section.key: "
+                                  f"value), e.g. {{train.precision: bf16-mixed}}, not {self.recipe!r}")
         if self.rungs and len(self.rungs) < 3:
             raise NormsearchError(f"ladder.rungs: give three or more rungs (model overrides, smallest first), not "
                                   f"{len(self.rungs)}")
@@ -382,5 +395,35 @@ class RobustnessConfig:
                 raise NormsearchError(f"robustness.define.{name}: a variant is a mapping of recipe overrides "
                                       f"(section.key: value), e.g. {{train.weight_decay: 0.3}}, not {overrides!r}")
         problem = seed_problem(self.first_seed, "robustness.first_seed")
+        if problem:
+            raise NormsearchError(problem)
+
+
+@dataclass(frozen=True)
+class AblateConfig:
+    """A factorial between two architectures (``normsearch ablate``): every combination of the sites where
+    ``between``'s A and B differ (or of ``sites``), each trained at A's chosen cell on fresh seeds and
+    scored on the test split; ``init``: an init factor (A's and B's chosen inits, ``[swap]``, or two named
+    ones); ``leave_one_out``: A with each single change instead of the factorial."""
+
+    between: list[str] = field(default_factory=list)  # A (the reference: its chosen cell) and B
+    sites: list[str] | None = None  # the factors; None: every site where A and B differ
+    seeds: int = 3
+    first_seed: int = 4000
+    design: Literal["full", "half", "auto"] = "auto"  # auto: full up to 5 factors, else the half fraction
+    init: list[str] | None = None  # None or [none]: no init factor; [swap]: A's and B's chosen inits; [a, b]
+    leave_one_out: bool = False
+    test_bytes: int | None = None  # default: confirm.test_bytes of the recipe, else 100,000
+
+    def __post_init__(self):
+        if len(self.between) != 2:
+            raise NormsearchError(f"ablate.between names two architectures (A B), not {self.between!r}")
+        if self.seeds < 2:
+            raise NormsearchError("ablate.seeds must be >= 2 (each combination's own variance needs two runs)")
+        if self.init is not None and not (self.init in (["swap"], ["none"]) or len(self.init) == 2):
+            raise NormsearchError(f"ablate.init is swap, none or two inits (a,b), not {','.join(self.init)}")
+        if self.test_bytes is not None and self.test_bytes < 1000:
+            raise NormsearchError("ablate.test_bytes must be >= 1000")
+        problem = seed_problem(self.first_seed, "ablate.first_seed")
         if problem:
             raise NormsearchError(problem)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .data import DataConfig, Tokens, load_tokens
+from .data import DataConfig, Tokens, cache_root, load_tokens
 from .errors import NormsearchError
 from .kernels import resolve_backend, triton_version
 from .model import Transformer, build_model
@@ -114,12 +114,26 @@ class _Batches(torch.utils.data.IterableDataset):
 # The run
 
 
-def _precision(train: TrainConfig, accelerator: str) -> str:
+def _precision(train: TrainConfig, accelerator: str, model: ModelConfig, data: DataConfig) -> tuple[str, dict | None]:
+    """The run's precision, and for ``auto`` what was chosen and why (``RunResult.precision_choice``):
+    bf16-mixed on a GPU; on a CPU the faster of fp32 and bf16 autocast at ``model``'s shape, measured
+    once per shape and machine (:mod:`normsearch._precision`; torch's threads must be the run's)."""
     if train.precision != "auto":
         if accelerator == "cpu" and train.precision == "16-mixed":
             raise NormsearchError("train.precision 16-mixed needs a GPU; use 32-true or bf16-mixed on CPU")
-        return train.precision
-    return "bf16-mixed" if accelerator == "gpu" else "32-true"
+        return train.precision, None
+    from ._precision import choose
+
+    choice = choose(model, train.batch_size, _precision_cache(data) if accelerator == "cpu" else None, accelerator)
+    return choice.chosen, choice.to_dict()
+
+
+def _precision_cache(data: DataConfig) -> Path | None:
+    """Where ``auto``'s measurements are cached: the token cache's root (None: not writable, measure again)."""
+    try:
+        return cache_root(data)
+    except NormsearchError:
+        return None
 
 
 def _compiled(train: TrainConfig, accelerator: str) -> bool:
@@ -216,10 +230,10 @@ def train_run(
             f"set model.vocab_size >= {tokens.vocab_size}"
         )
     accelerator = _accelerator(train)
-    precision = _precision(train, accelerator)
-    kernels = resolve_backend(train.kernels, placement.kinds())
     if train.threads:
         torch.set_num_threads(train.threads)
+    precision, precision_choice = _precision(train, accelerator, model, data)  # before seeding anything
+    kernels = resolve_backend(train.kernels, placement.kinds())
 
     with quiet(verbose):
         pl.seed_everything(seed, workers=False, verbose=False)
@@ -230,7 +244,8 @@ def train_run(
         result = RunResult(
             arch_id=net.arch_id, label=label, placement=placement.to_dict(), n_layers=model.n_layers,
             seed=seed, lr=lr, value=None, n_params=net.num_parameters(),
-            n_norm_params=net.num_parameters(norms_only=True), precision=precision, kernels=kernels,
+            n_norm_params=net.num_parameters(norms_only=True), precision=precision,
+            precision_choice=precision_choice, kernels=kernels,
             triton_version=triton_version() if kernels == "triton" else None,
             device=torch.cuda.get_device_name(device) if accelerator == "gpu" else "cpu",
             data_key=tokens.key, bytes_per_token=tokens.bytes_per_token, torch_version=torch.__version__,
@@ -400,7 +415,9 @@ def summarize(result: RunResult) -> str:
         f"{result.label or 'placement'} [{result.arch_id}] seed {result.seed}, lr {result.lr:g}: {head}",
         f"  {result.tokens_per_s:,.0f} tokens/s, {result.wall_time:.1f} s, {result.n_params:,} parameters "
         f"({result.n_norm_params:,} in norms), {result.spikes} loss spikes",
-        f"  {result.device}, precision {result.precision}, kernels {result.kernels}"
+        f"  {result.device}, precision {result.precision}"
+        + (f" (auto: {result.precision_choice['reason']})" if result.precision_choice else "")
+        + f", kernels {result.kernels}"
         + (f" (Triton {result.triton_version})" if result.triton_version else ""),
     ])
 

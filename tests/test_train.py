@@ -34,7 +34,9 @@ def test_result_record_and_diagnostics():
     r = train_run("hybridnorm", TINY, DATA, tiny_train(), seed=0, lr=3e-3)
     assert r.arch_id == "927c891a0571"[:0] + r.arch_id and len(r.arch_id) == 12
     assert r.placement["block"]["attn_post"]["kind"] == "rmsnorm"
-    assert r.precision == "32-true" and r.kernels == "torch" and r.device == "cpu"
+    # train.precision auto on a CPU: the faster here of fp32 and bf16 autocast, measured (tests/test_precision.py)
+    assert r.precision == r.precision_choice["chosen"] in ("32-true", "bf16-mixed")
+    assert r.kernels == "torch" and r.device == "cpu"
     assert r.n_params > r.n_norm_params > 0 and r.tokens_per_s > 0 and r.wall_time > 0
     d = r.diagnostics[-1]
     assert len(d["resid_rms"]) == TINY.n_layers + 1

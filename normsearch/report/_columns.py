@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..ranking import RANKED, Row
+from ..ranking import OTHER_PRECISION, RANKED, Row
 from ..records import is_control_label
 
 UNIT = "bits/byte"
@@ -19,11 +19,18 @@ def num(v, fmt="{:.4f}") -> str:
 
 def score_text(r: Row) -> str:
     if r.state != RANKED:
-        return "pruned" if r.state == "PRUNED" else "no score"
+        return "pruned" if r.state == "PRUNED" else f"only {r.precision}" if r.state == OTHER_PRECISION else "no score"
     if r.score_mean is None:
         return "every run failed"
     ci = f" [{num(r.ci_low)}, {num(r.ci_high)}]" if r.ci_low is not None else ""
     return num(r.score_mean) + ci
+
+
+def speedup_text(r: Row) -> str:
+    """The effective speed-up against the best baseline: '1.25x', '>= 1.10x' (a lower bound) or '-'."""
+    if r.effective_speedup is None:
+        return "-"
+    return (">= " if r.speedup_lower_bound else "") + f"{r.effective_speedup:.2f}x"
 
 
 def _control(r: Row) -> bool:
@@ -107,10 +114,19 @@ COLUMNS: tuple[Column, ...] = (
     _attr("n_params", "params", text=lambda r: f"{r.n_params:,}", right=True),
     _attr("n_norm_params"),
     _attr("tokens_per_s", "tokens/s", "tok/s", text=lambda r: f"{r.tokens_per_s:,.0f}", right=True),
+    _attr("throughput_ratio", "tokens/s vs best baseline", "tok/s x", text=lambda r: num(r.throughput_ratio, "{:.2f}x"),
+          right=True),
+    _attr("effective_speedup", "effective speed-up", "speed-up", text=speedup_text, right=True),
+    _attr("step_speedup"),
+    _attr("speedup_lower_bound"),
+    _attr("speedup_at_baseline_loss"),
+    _attr("speedup_against"),
+    _attr("speedup_note"),
     _attr("wall_time"),
     Column("kernels", "kernels", text=kernels_text),
     _attr("triton_version"),
     _attr("precision"),
+    _attr("n_other_precision"),
     _attr("device"),
     _attr("arch_id", "arch_id", md=lambda r: f"`{r.arch_id}`"),
     Column("trials", value=lambda r: " ".join(map(str, r.trials))),

@@ -1,6 +1,7 @@
 """The ladder's report: ``ladder.md`` (what each rung trained, its ranking, and the ladder's statistics
-in words; the sentences themselves are :mod:`._ladder_verdicts`), ``ladder.json`` and ``ladder.png``,
-and each rung's own report (:func:`write_ladder_report`)."""
+in words; the sentences themselves are :mod:`._ladder_verdicts` and :mod:`._ladder_gate`),
+``ladder.json``, ``ladder.png`` and ``ladder_failures.png``, and each rung's own report
+(:func:`write_ladder_report`)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,14 @@ def _trained(r0, cfg, rungs, mode: str) -> str:
     return text + ", each architecture scored at its best"
 
 
+def _precisions(rk) -> list[str]:
+    """Every precision the rung's runs recorded (none for runs stored before it was recorded)."""
+    return sorted({str(x.precision) for r in rk.rows for x in r.runs if getattr(x, "precision", "")})
+
+
 def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
-                    mode: str = "sweep", folders=None, chosen_by: str = "the top of the search's ranking") -> str:
+                    mode: str = "sweep", folders=None, chosen_by: str = "the top of the search's ranking",
+                    failures_plot: str | None = None) -> str:
     """The whole ``ladder.md``. ``folders``: where each rung's own report was written (linked
     relative to ``out_dir``); default the rungs' results folders."""
     r0 = parent.recipe
@@ -73,14 +80,21 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
               f"{_trained(r0, cfg, rungs, mode)}. Same data, tokenizer, vocabulary and context at every rung; scored "
               f"on the validation windows. Runs: every run of the rung, at every learning rate; training time: the "
               f"sum of those runs' times, not wall clock (workers train side by side).",
-              "", "| rung | model | parameters | steps | tokens per run | runs | training time (sum of runs) |",
-              "|---|---|---|---|---|---|---|"]
+              "", "| rung | model | parameters | steps | tokens per run | tokens per parameter | precision | runs | "
+              "training time (sum of runs) |", "|---|---|---|---|---|---|---|---|---|"]
+    mixed = []
     for rung, rk in zip(rungs, rankings):
         m = rung.recipe.model
+        prec = _precisions(rk)
+        if len(prec) > 1:
+            mixed.append(f"rung {rung.index} ({', '.join(prec)})")
         lines.append(f"| {rung.index} | {m.n_layers} layers, width {m.d_model}, {m.n_heads} heads | "
-                     f"{rung.n_params:,} | {rung.steps} | {_count(rung.tokens)} | {rk.cost.runs} | "
-                     f"{rk.cost.wall_time_s / 60:.1f} min |")
+                     f"{rung.n_params:,} | {rung.steps} | {_count(rung.tokens)} | {rung.tokens / rung.n_params:.3g} | "
+                     f"{', '.join(prec) or 'not recorded'} | {rk.cost.runs} | {rk.cost.wall_time_s / 60:.1f} min |")
     lines.append("")
+    if mixed:
+        lines += [f"> **Mixed precision**: the runs of {'; '.join(mixed)} recorded more than one numeric precision; "
+                  f"their losses are not all measured alike.", ""]
     lines += ["## Each rung", "",
               "Failed: diverged or stalled runs, at the architecture's chosen learning rate (what the hurdle ranks "
               "by) and over all its runs at the rung (every learning rate trained). Learning rates: those trained, "
@@ -104,16 +118,22 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
         lines += ladder_lines(stats)
     if plot:
         lines += ["## Loss against parameters", "", f"![loss against parameters]({plot})", "",
-                  "Points: mean loss over successful seeds with 95% intervals; lines: the fitted power laws, dashed "
-                  "beyond the largest rung. Right: the share of failed runs per rung over every learning rate "
+                  "Points: mean loss over successful seeds with 95% intervals; lines: the fitted power laws (over five "
+                  "or more rungs; dotted where a fit fails or lacks its lack-of-fit test), dashed beyond the largest "
+                  "rung. Right: the share of failed runs per rung over every learning rate "
                   "(filled) and at the chosen one (hollow).", ""]
+    if failures_plot:
+        lines += ["## Failures by learning rate and rung", "",
+                  f"![failed runs by learning rate and rung]({failures_plot})", "",
+                  "One panel per architecture: the share of failed runs at each learning rate trained, one line per "
+                  "rung (darker: larger), Wilson 95% intervals; the chosen learning rate ringed.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_ladder_report(parent, cfg, out_dir: Path, against,
                         rungs_dir: Path | None = None) -> Path:
-    """``ladder.md`` (and ``ladder.json``, ``ladder.png``) in ``out_dir``, and every rung's own report
-    in ``<rungs_dir>/ladder-<i>/``; ``rungs_dir`` None: in the rung's results folder
+    """``ladder.md`` (and ``ladder.json``, ``ladder.png``, ``ladder_failures.png``) in ``out_dir``, and
+    every rung's own report in ``<rungs_dir>/ladder-<i>/``; ``rungs_dir`` None: in the rung's results folder
     (``results/<study>/ladder-<i>/``). The command line passes its ``--out`` here, so that a report
     written elsewhere never rewrites the rungs' reports in the results folder."""
     import json
@@ -123,34 +143,42 @@ def write_ladder_report(parent, cfg, out_dir: Path, against,
     from ..stages.ladder import chosen_by, kind_of, ladder_handles, lr_mode, stored_mode, stored_rungs
     from ..stats.ladder import analyse_ladder, rung_from_runs
     from ._files import write_report
-    from ._ladder_plots import ladder_plot
+    from ._ladder_plots import failures_plot, ladder_plot
+    from ..stats.rung import RungInfo
     from ._plots import save
 
     rungs = ladder_handles(parent, cfg)
     if not rungs:
         raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it first")
-    stats_rungs, rankings, folders = [], [], []
+    stats_rungs, rankings, folders, bases = [], [], [], {}
     for rung, handle in rungs:
-        folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(rung.index)
+        folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(rung.index, cfg.name)
         ranking = write_report(handle, folder, against=against, overwrite=True)
         rankings.append(ranking)
         folders.append(folder)
         rows = [r for r in ranking.rows if r.runs]
         sizes = {r.label: float(r.n_params) for r in rows if r.n_params}
-        stats_rungs.append(rung_from_runs(rung.name, stat_runs(rows, ranking.judgement.unigram_bpb), sizes))
-    stats = analyse_ladder(stats_rungs, target=cfg.target) if len(stats_rungs) >= 2 else None
+        bases.update(dict.fromkeys(r.label for r in rows if r.is_baseline))
+        one = rung_from_runs(rung.name, stat_runs(rows, ranking.judgement.unigram_bpb), sizes)
+        one.info = RungInfo.of(rung.name, rung.n_params, rung.tokens, rung.steps, _precisions(ranking))
+        stats_rungs.append(one)
+    stats = analyse_ladder(stats_rungs, target=cfg.target, baselines=list(bases)) if len(stats_rungs) >= 2 else None
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot = None
+    plot = fails = None
     if stats is not None:
-        bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
-        fig = ladder_plot(stats, baselines=bases)
+        named = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
+        fig = ladder_plot(stats, baselines=named)
         if fig is not None:
             save(fig, out_dir / "ladder.png")
             plot = "ladder.png"
+        fig = failures_plot(stats, baselines=named)
+        if fig is not None:
+            save(fig, out_dir / "ladder_failures.png")
+            fails = "ladder_failures.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
     text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
-                           lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent))), folders,
-                           chosen_by(parent))
+                           lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent, cfg.name))), folders,
+                           chosen_by(parent, cfg.name), fails)
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

@@ -1,5 +1,6 @@
-"""The ladder's plot (issue 17): loss against model size per placement, with the fitted power laws, and
-the failure rate per rung. matplotlib with the Agg canvas, imported inside the function (as in
+"""The ladder's plots (issues 17 and 26): loss against model size per placement, with the fitted power
+laws, and the failure rate per rung (``ladder.png``); the failure rate by learning rate and rung per
+placement (``ladder_failures.png``). matplotlib with the Agg canvas, imported inside the function (as in
 :mod:`._plots`), so importing this module never loads it."""
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
         if fit is not None and fit.ok:
             n_lo, n_hi = min(fit.sizes), max(fit.sizes)
             grid = np.geomspace(n_lo, n_hi, 100)
-            ax.plot(grid, fit.predict(grid), color=color, linestyle="-", linewidth=1.2)
+            tested = getattr(fit, "extrapolable", True)  # a fit that fails (or lacks) its lack-of-fit test: dotted
+            ax.plot(grid, fit.predict(grid), color=color, linestyle="-" if tested else ":", linewidth=1.2)
             if target is not None and target != n_hi and a not in stats.extrapolation.left_out:
                 ext = np.geomspace(n_hi, target, 100)
                 ax.plot(ext, fit.predict(ext), color=color, linestyle="--", linewidth=1.2)
@@ -58,8 +60,62 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
         a.set_xscale("log")
     af.set_ylim(-0.05, 1.05)
     unit = stats.size_unit
-    _finish(ax, "Final validation loss against model size\n(mean over successful runs, 95% CI;\n"
-            "lines: L = E + A N^-alpha, dashed: extrapolated)", f"{unit} N (log)", f"final validation loss ({UNIT})")
+    _finish(ax, "Final validation loss against model size\n(mean over successful runs, 95% CI; "
+            "lines: L = E + A N^-alpha,\n"
+            "dotted: fails or lacks its lack-of-fit test; dashed: extrapolated)", f"{unit} N (log)",
+            f"final validation loss ({UNIT})")
     _finish(af, "Failed runs (diverged or stalled) per rung\nfilled: every run of the rung, all lrs (Wilson 95% CI);\n"
             "hollow: at the chosen lr", f"{unit} N (log)", "fraction of runs that failed")
+    return fig
+
+
+def failures_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> Any:
+    """``ladder_failures.png``: per architecture (one panel each), the share of failed runs (diverged or
+    stalled) at each learning rate trained, one line per rung (small to large: light to dark, nudged
+    apart along x so their intervals do not hide each other), with Wilson 95% intervals; the chosen
+    learning rate ringed. None when the ladder does not know its runs by learning rate."""
+    import math
+
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+
+    labels = labels or {}
+    archs = [a for a, ps in stats.points.items() if any(getattr(p, "by_lr", None) for p in ps)]
+    if not archs:
+        return None
+    ncols = min(3, len(archs))
+    nrows = math.ceil(len(archs) / ncols)
+    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows + 0.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
+    n = len(stats.rungs)
+    cmap = colormaps["viridis"]
+    where = {r: i for i, r in enumerate(stats.rungs)}
+    for k, a in enumerate(archs):
+        ax = axes[k // ncols][k % ncols]
+        for p in stats.points[a]:
+            xs = getattr(p, "by_lr", None)
+            if not xs:
+                continue
+            i = where.get(p.rung, 0)
+            color = cmap(0.8 - 0.7 * i / max(n - 1, 1))
+            nudge = 10 ** (0.025 * (i - (n - 1) / 2))
+            rates = [x.failure_rate for x in xs]
+            err = [[x.failure_rate - x.failure_ci[0] for x in xs], [x.failure_ci[1] - x.failure_rate for x in xs]]
+            ax.errorbar([x.lr * nudge for x in xs], rates, yerr=err, color=color, marker="o", markersize=4, capsize=2,
+                        elinewidth=0.7, label=p.rung)
+            chosen = [x for x in xs if x.chosen]
+            ax.plot([x.lr * nudge for x in chosen], [x.failure_rate for x in chosen], linestyle="none", marker="o",
+                    markersize=11, markerfacecolor="none", markeredgecolor=color)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(-0.05, 1.05)
+        title = labels.get(a, a) + (" (baseline)" if a in baselines else "")
+        _finish(ax, title, "learning rate (log)", "fraction of runs that failed" if k % ncols == 0 else "")
+    for k in range(len(archs), nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    fig.suptitle("Failed runs (diverged or stalled) by learning rate and rung (Wilson 95% CI; ringed: the chosen lr)",
+                 fontsize=10)
     return fig

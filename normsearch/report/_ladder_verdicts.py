@@ -1,14 +1,17 @@
-"""The ladder's section of a report in words (issue 17): per-rung orders, what they rest on (rungs
-where an architecture failed every run, means on few seeds, unbracketed learning rates), rank
-agreement, every reversal with whether its differences are significant, the power-law fits, and the
-extrapolation with its warnings. Every sentence is built from a
+"""The ladder's section of a report in words (issues 17 and 26): per-rung orders, what they rest on
+(rungs where an architecture failed every run, means on few seeds, unbracketed learning rates), rank
+agreement and decision accuracy, every reversal with whether its differences are significant, the
+promotion gate and the failures by learning rate (:mod:`._ladder_gate`), the power-law fits with their
+lack-of-fit tests, and the extrapolation with its warnings. Every sentence is built from a
 :class:`~normsearch.stats.ladder.LadderStats`; nothing is computed here."""
 
 from __future__ import annotations
 
 from ..ranking import format_p
 from ..stats.ladder import FEW_SEEDS, P_CROSS_WARN
+from ..stats.powerlaw import LOF_ALPHA, MIN_RESID_DF, MIN_RUNGS
 from ._columns import UNIT, num
+from ._ladder_gate import gate_lines, stability_lines
 
 
 def _md(text) -> str:
@@ -132,16 +135,19 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
               f"uncertainty, mean + SE x t with the SD and degrees of freedom of its interval in the table above "
               f"(its own SD, never pooled; a mean of one successful run, which has no interval there, borrows the "
               f"rung's pooled within-architecture SD and its degrees of freedom), failure rates held fixed; seed "
-              f"{stats.seed}. Adjacent rungs in bold.", "",
+              f"{stats.seed}. Adjacent rungs in bold. Decision accuracy, from the smallest rung to each larger one: "
+              f"the share of the pairs of architectures that the smallest rung orders (not tied) which the larger "
+              f"rung orders the same way (a tie there counts as not the same), with its 95% interval from the same "
+              f"draws: how often a decision taken at the smallest size holds.", "",
               "| rungs | architectures | left out (every run failed at both) | Kendall's tau [95%] | "
-              "Spearman's rho [95%] |", "|---|---|---|---|---|"]
+              "Spearman's rho [95%] | decision accuracy [95%] (pairs) |", "|---|---|---|---|---|---|"]
     for g in stats.agreements:
         pair = f"{g.rung_a} → {g.rung_b}"
         pair = f"**{pair}**" if g.adjacent else pair
         tau = f"{g.tau:+.2f} {_ci(g.tau_ci, '{:+.2f}')}" if g.tau is not None else "-"
         rho = f"{g.rho:+.2f} {_ci(g.rho_ci, '{:+.2f}')}" if g.rho is not None else "-"
         left = ", ".join(name(a) for a in g.left_out) or "-"
-        lines.append(f"| {_md(pair)} | {len(g.archs)} | {left} | {tau} | {rho} |")
+        lines.append(f"| {_md(pair)} | {len(g.archs)} | {left} | {tau} | {rho} | {_accuracy(g)} |")
     lines += ["", "### Reversals", ""]
     if not stats.reversals:
         lines.append("No pair of architectures changes order between any two rungs.")
@@ -152,37 +158,76 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
                      f"a failure-rate difference Fisher's exact test.")
         lines.append("")
         lines += ["- " + reversal_sentence(stats, r, lab, unit) for r in stats.reversals]
-    return lines + [""] + fit_lines(stats, lab, unit)
+    return lines + [""] + gate_lines(stats, lab, unit) + stability_lines(stats, lab) + fit_lines(stats, lab, unit)
+
+
+def _accuracy(g) -> str:
+    a = getattr(g, "decision_accuracy", None)
+    if a is None:
+        return "-"
+    if a.value is None:
+        return f"- ({a.n_pairs})"
+    ci = f" [{a.low:.2f}, {a.high:.2f}]" if a.low is not None else ""
+    return f"{a.value:.2f}{ci} ({a.n_pairs})"
+
+
+def _lof(f) -> str:
+    lof = f.lack_of_fit
+    if lof is None or lof.F is None:
+        return f"untested: {_md(lof.reason)}" if lof is not None else "untested"
+    return f"F = {lof.F:.3g} ({lof.df_lof}, {lof.df_pe} df), p = {lof.p_value:.3g}"
 
 
 def fit_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> list[str]:
-    """The power-law fits and the extrapolation to the target size, with its warnings."""
+    """The power-law fits with their lack-of-fit tests, and the extrapolation to the target size, with
+    its warnings."""
     lab = labels or {}
     name = lambda a: _md(lab.get(a, a))
     lines = ["### Power laws", "",
-             f"L(N) = E + A N^-alpha, least squares on each rung's mean loss with E ≥ 0, A > 0, 0 < alpha < 2; "
-             f"95% intervals by refitting the {stats.n_draws} draws of the rung means above.", "",
-             "| label | rungs | E [95%] | A | alpha [95%] | RMSE | note |", "|---|---|---|---|---|---|---|"]
-    for a, f in stats.fits.items():
+             f"L(N) = E + A N^-alpha, least squares on each rung's mean loss weighted by its successful seeds, with "
+             f"E ≥ 0, A > 0, 0 < alpha < 2, fitted only over {MIN_RUNGS} or more rungs so that {MIN_RESID_DF} "
+             f"residual degrees of freedom test the form. Lack of fit: the means' misfit to the curve (their "
+             f"residual mean square) against the seeds' own scatter about their rung means (the pure-error "
+             f"variance), an F test; "
+             f"a fit with p < {LOF_ALPHA:g} fails and is not extrapolated, nor is one that cannot be tested. 95% "
+             f"intervals by refitting the {stats.n_draws} draws of the rung means above (a parametric bootstrap "
+             f"over the seeds).", ""]
+    fits = stats.fits.items()
+    if fits and not any(f.ok for _, f in fits):
+        n = max(len(f.sizes) for _, f in fits)
+        if n < MIN_RUNGS:
+            lines += [f"**No power law is fitted**: no architecture has a successful run at {MIN_RUNGS} rungs (at "
+                      f"most {n}). A curve of 3 parameters through {n} points has {max(n - 3, 0)} residual "
+                      f"degree(s) of freedom: nothing would test that the loss follows it, and its extrapolation "
+                      f"would be the form's, not the data's.", ""]
+    lines += ["| label | rungs | E [95%] | A [95%] | alpha [95%] | RMSE | lack of fit | verdict | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for a, f in fits:
         if not f.ok:
-            lines.append(f"| {name(a)} | {len(f.sizes)} | - | - | - | - | no fit: {_md(f.reason)} |")
+            lines.append(f"| {name(a)} | {len(f.sizes)} | - | - | - | - | - | no fit | {_md(f.reason)} |")
             continue
         note = "; ".join(f.notes) or "-"
-        lines.append(f"| {name(a)} | {len(f.sizes)} | {f.E:.4f} {_ci(f.E_ci, '{:.4f}')} | {f.A:.4g} | "
-                     f"{f.alpha:.3f} {_ci(f.alpha_ci)} | {num(f.rmse)} | {_md(note)} |")
-    if any(f.exact for f in stats.fits.values() if f.ok):
-        lines += ["", "With three rungs a fit has no residual degree of freedom: nothing in the data tests that "
-                  "the loss follows a power law. Where a bound holds (E at 0) the curve does not even pass "
-                  "through the points, and its RMSE is a misfit of the form, not noise."]
+        verdict = {"passes": "passes", "fails": "**fails**: not extrapolated", "untested": "untested: not extrapolated"}
+        lines.append(f"| {name(a)} | {len(f.sizes)} | {f.E:.4f} {_ci(f.E_ci, '{:.4f}')} | {f.A:.4g} "
+                     f"{_ci(f.A_ci, '{:.4g}')} | {f.alpha:.3f} {_ci(f.alpha_ci)} | {num(f.rmse)} | {_lof(f)} | "
+                     f"{verdict[f.verdict]} | {_md(note)} |")
     x = stats.extrapolation
     if x is None:
         return lines + [""]
     lines += ["", f"### Extrapolated to N* = {x.target:.3g} {stats.size_unit}", ""]
+    refused = getattr(x, "refused", None)
+    if refused:
+        return lines + [f"**{refused[0].upper()}{refused[1:]}**: N* is {x.target / x.largest:.3g} times the largest "
+                        f"rung, and the ladder gives a number no further than {x.max_factor:g} times it (a fit that "
+                        f"passes its lack-of-fit test vouches for its form over the rungs, not far beyond them).", ""]
     if not x.projections:
-        return lines + ["No architecture has a fit: nothing is extrapolated.", ""]
-    lines.append(f"N* is {x.target / x.largest:.3g} times the largest rung ({x.largest:.3g}). The fitted losses "
-                 f"assume the power law holds out to N*; their intervals cover the noise of the seeds, not the "
-                 f"choice of the curve. Failures are not extrapolated.")
+        lines.append("No architecture has a fit that passes its lack-of-fit test: nothing is extrapolated.")
+        lines += [f"- `{name(a)}` is not extrapolated: {_md(why)}." for a, why in x.left_out.items()]
+        return lines + [""]
+    lines.append(f"N* is {x.target / x.largest:.3g} times the largest rung ({x.largest:.3g}; at most "
+                 f"{getattr(x, 'max_factor', 4.0):g} is extrapolated). Only fits that pass their lack-of-fit test are "
+                 f"carried to N*. The fitted losses assume the power law holds out to N*; their intervals cover the "
+                 f"noise of the seeds, not the choice of the curve. Failures are not extrapolated.")
     lines += ["", f"| place at N* | label | loss at N* ({unit}) [95%] | P(lowest) |", "|---|---|---|---|"]
     for p in x.projections:
         lines.append(f"| {p.rank} | {name(p.arch)} | {p.loss:.4f} {_ci(p.ci, '{:.4f}')} | {num(p.p_best, '{:.2f}')} |")

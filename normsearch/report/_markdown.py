@@ -84,6 +84,13 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
         lines += [f"> **The study is {state}** ({ranking.running} trial(s) running, {waiting} waiting to start). "
                   f"This report ranks the {len(ranked)} architecture(s) that have finished; run `normsearch report` "
                   f"again when the study ends.", ""]
+    j = ranking.judgement
+    if len(j.precisions) > 1:
+        counts = ", ".join(f"{n} at {p or 'an unrecorded precision'}" for p, n in j.precisions.items())
+        lines += [f"> **Runs of more than one precision** ({counts}). Runs of different precisions are never pooled: "
+                  f"this ranking compares the runs at {j.precision}, the precision most runs used, and leaves the "
+                  f"other {j.precision_excluded} out (`train.precision: auto` measures which is faster per machine; "
+                  f"name the precision in the recipe to have one).", ""]
     reasons = []
     max_params = max((r.n_params for r in ranked), default=0)
     tokens_run = ranking.cost.tokens_per_run
@@ -171,8 +178,24 @@ def _table(ranking: Ranking) -> list[str]:
               "- **best lr**: the chosen learning rate; **basin**: see *Failures and learning rates*.",
               "- **params**: parameters of the model; **tokens/s**: training throughput (mean over runs that did not "
               "diverge); **kernels**: the norm implementation (torch, or fused Triton kernels with their version); "
-              "**arch_id**: the network's identity (a hash of where every norm sits).", ""]
-    return lines
+              "**arch_id**: the network's identity (a hash of where every norm sits).",
+              "- **tokens/s vs best baseline**: the median tokens/s of the runs at the chosen cell over the best "
+              "baseline's; **effective speed-up**: how much more compute the best baseline needs to reach this "
+              "row's final validation loss (steps read off its mean validation curve, over this row's steps, times "
+              "the tokens/s ratio); `>=` marks a lower bound, where the baseline never reached that loss "
+              "(`docs/statistics.md` §13).", ""]
+    return lines + _cost_lines(ranking)
+
+
+def _cost_lines(ranking: Ranking) -> list[str]:
+    """Where a placement's verdict per step and per second differ (what its norms cost in throughput)."""
+    from .._throughput import per_second_sentences
+
+    base = next((r.speedup_against for r in ranking.rows if r.speedup_against), "")
+    sentences = per_second_sentences(ranking.rows)
+    if not base or not sentences:
+        return []
+    return [f"Per step and per second against {base}, the best baseline: " + "; ".join(sentences) + ".", ""]
 
 
 def _param_text(name: str) -> str:
@@ -289,10 +312,12 @@ def _problems(ranking: Ranking) -> list[str]:
 
 def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Importance,
                     plots: dict[str, str] | None = None, files: dict[str, str] | None = None, top: int = 3,
-                    confirmed: list[str] | None = None) -> str:
+                    confirmed: list[str] | None = None, stages: list[str] | None = None) -> str:
     """``report.md``'s text. ``plots``: name -> file name (relative to the report). ``confirmed``: the
-    confirmation stage's headline lines, which then come first, the search's summary after them."""
+    confirmation stage's headline lines, which then come first, the search's summary after them.
+    ``stages``: lines naming the study's other stages (its ablations), at the end of *What was measured*."""
     lines = _header(ranking, files or {})
+    lines[-1:-1] = stages or []
     at = lines.index("## What was measured")
     summary = summary_lines(ranking)
     if confirmed and summary:

@@ -28,11 +28,44 @@ PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
 #: (``target`` is not among them: it changes the report, never a run)
 SHARED = ("top", "baselines", "seeds", "first_seed", "tokens_per_param", "max_steps", "lr", "lr_extend",
-          "lr_resolution")
+          "lr_resolution", "recipe")
+
+#: ladders one option sets up (``--preset``); settings given beside it override the preset's
+PRESETS = {
+    # issue 26: the same ladder for a GPU machine, 21M to 354M parameters (GPT-2's BPE vocabulary of 50,304
+    # with untied embeddings: most of the small rungs' parameters), 20 tokens per parameter (0.4B to 7.1B
+    # tokens a run), 1024-token context, bf16, on pre-tokenized nanoGPT .bin files that the machine has:
+    # `--recipe '{data.path: /data/fineweb10B}'` (nothing is downloaded)
+    "gpu": {
+        "name": "gpu",
+        "rungs": [{"n_layers": 4, "d_model": 192, "n_heads": 3}, {"n_layers": 6, "d_model": 384, "n_heads": 6},
+                  {"n_layers": 8, "d_model": 512, "n_heads": 8}, {"n_layers": 12, "d_model": 768, "n_heads": 12},
+                  {"n_layers": 20, "d_model": 1024, "n_heads": 16}],
+        "tokens_per_param": 20.0, "lr": "sweep", "lr_extend": 1, "lr_resolution": 0, "seeds": 2,
+        "recipe": {"data.corpus": "bin", "data.bytes_per_token": 4.3, "data.eval_windows": 256,
+                   "model.vocab_size": 50304, "model.context_length": 1024, "train.batch_size": 32,
+                   "train.lr": [3.0e-4, 1.0e-3, 3.0e-3], "train.precision": "bf16-mixed", "train.device": "cuda",
+                   "train.eval_every": 1000, "train.warmup": 200, "train.steps": 5000},
+    },
+}
 
 
-def kind_of(i: int) -> str:
-    return f"{PREFIX}{i}"
+def kind_of(i: int, name: str = "") -> str:
+    """Rung ``i``'s stage: ``ladder-<i>``, or ``ladder-<name>-<i>`` for a named ladder."""
+    return f"{PREFIX}{name + '-' if name else ''}{i}"
+
+
+def shared_recipe(parent: Recipe, cfg: LadderConfig) -> Recipe:
+    """The search's recipe with the overrides every rung shares (``ladder.recipe``), checked as a recipe."""
+    if not cfg.recipe:
+        return parent
+    from ..recipe import _apply_overrides, recipe_from_dict
+
+    raw = {**parent.raw, "space": None, "confirm": None, "ladder": None}
+    try:
+        return recipe_from_dict(_apply_overrides(raw, cfg.recipe))
+    except NormsearchError as e:
+        raise NormsearchError(f"ladder.recipe: {e}") from None
 
 
 def flag(key: str) -> str:
@@ -141,6 +174,8 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
     if not cfg.rungs:
         raise NormsearchError("give the rungs: --rungs '[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' or a "
                               "`ladder:` section with rungs in the recipe")
+    search = parent
+    parent = shared_recipe(search, cfg)
     models = [rung_model(parent.model, i, o) for i, o in enumerate(cfg.rungs)]
     bases = sorted({m.mup_base_width for m in models})
     if len(bases) > 1:
@@ -161,7 +196,8 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
                         eval_every=max(1, round(t.eval_every * scale)),
                         lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend,
                         lr_resolution=resolution(t.lr_resolution, cfg.lr_resolution) or None)
-        out.append(Rung(i, dict(overrides), steps, n, stage_recipe(parent, kind_of(i), model=model, train=train)))
+        out.append(Rung(i, dict(overrides), steps, n, stage_recipe(search, kind_of(i, cfg.name), model=model,
+                                                                   train=train, data=parent.data)))
     for a, b in zip(out, out[1:]):
         if b.n_params <= a.n_params:
             raise NormsearchError(f"ladder.rungs: rung {b.index} ({b.n_params:,} parameters) is not larger than rung "
@@ -224,6 +260,7 @@ def _normal(recipe: Recipe, settings: dict) -> dict:
     if out["lr_extend"] is None:
         out["lr_extend"] = recipe.train.lr_extend
     out["lr_resolution"] = resolution(recipe.train.lr_resolution, out["lr_resolution"])
+    out["recipe"] = dict(out["recipe"] or {})
     return out
 
 
@@ -253,16 +290,17 @@ class StoredRung:
     entries: list = field(default_factory=list)  # the architectures it trains, as stored (Entry fields)
 
 
-def stored_rungs(parent: StudyHandle) -> dict[int, StoredRung]:
+def stored_rungs(parent: StudyHandle, name: str = "") -> dict[int, StoredRung]:
     """The rungs stored with the study, by index. A rung stored in the first form carries the whole
     list of rungs (``rungs``); its own overrides are the ones at its index. A stage whose definition
     was never stored (a worker stopped between creating and defining it) is left out: it will be
     defined as new."""
     out = {}
+    prefix = kind_of(0, name)[:-1]
     for kind in stage_names(parent):
-        if not kind.startswith(PREFIX) or not kind[len(PREFIX):].isdigit():
+        if not kind.startswith(prefix) or not kind[len(prefix):].isdigit():
             continue
-        i = int(kind[len(PREFIX):])
+        i = int(kind[len(prefix):])
         study = find_stage(parent, kind)
         info = (study.user_attrs.get(A_STAGE) or {}) if study is not None else {}
         settings = info.get("settings")
@@ -314,7 +352,7 @@ def resolve_ladder(parent: StudyHandle, given: dict, report_only: bool = False) 
     left out are the stored ones, and rungs given must start with them (a rung after them is a rung
     added to the ladder)."""
     base = to_mapping(parent.recipe.ladder) if parent.recipe.ladder is not None else {}
-    stored = stored_rungs(parent)
+    stored = stored_rungs(parent, given.get("name", base.get("name", "")))
     if not stored:
         if report_only:
             raise NormsearchError(f"study {parent.recipe.name!r} has no ladder yet; run `normsearch ladder` on it "
@@ -336,7 +374,7 @@ def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, Study
     """Create or resume every rung's stage: a stored rung is resumed only with the settings it was
     created with (checked here with the stored value named; then open_stage checks them verbatim)."""
     rungs = plan_rungs(parent.recipe, cfg)
-    stored = stored_rungs(parent)
+    stored = stored_rungs(parent, cfg.name)
     mode = lr_mode(parent.recipe, cfg, [r.recipe.model for r in rungs], stored=stored_mode(stored))
     check_stored(parent, cfg, mode, stored)
     if stored:  # a rung added to a stored ladder trains the architectures the others did, not today's top K
@@ -356,10 +394,10 @@ def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, Study
 
         def make(rung=rung, settings=settings) -> Stage:
             es = [replace(e, lr=list(rung.recipe.train.lr)) for e in found] if mode == "sweep" else found
-            return Stage(kind_of(rung.index), settings, es, rung.recipe, seeds,
+            return Stage(kind_of(rung.index, cfg.name), settings, es, rung.recipe, seeds,
                          lr_extend=rung.recipe.train.lr_extend if mode == "sweep" else 0)
 
-        handle, stage = open_stage(parent, kind_of(rung.index), settings, make)
+        handle, stage = open_stage(parent, kind_of(rung.index, cfg.name), settings, make)
         out.append((rung, handle, stage))
     return out
 
@@ -377,16 +415,17 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
     """The rungs that exist, to report on (no training, nothing created)."""
     out = []
     for rung in plan_rungs(parent.recipe, cfg):
-        study = find_stage(parent, kind_of(rung.index))
+        study = find_stage(parent, kind_of(rung.index, cfg.name))
         if study is not None:
-            out.append((rung, StudyHandle(rung.recipe, study, parent.storage_url, parent.folder / kind_of(rung.index))))
+            folder = parent.folder / kind_of(rung.index, cfg.name)
+            out.append((rung, StudyHandle(rung.recipe, study, parent.storage_url, folder)))
     return out
 
 
-def chosen_by(parent: StudyHandle) -> str:
+def chosen_by(parent: StudyHandle, name: str = "") -> str:
     """Which ranking chose the ladder's found placements, as stored with its first rung (a ladder
     stored before that was recorded was chosen by the search's)."""
-    study = find_stage(parent, kind_of(0))
+    study = find_stage(parent, kind_of(0, name))
     entries = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
     by = {e.get("chosen_by") or "search" for e in entries if not e.get("baseline")}
     if by == {"confirmation"}:

@@ -5,7 +5,11 @@ power-law intervals of :mod:`.ladder` rest on. Pure functions over plain data.
 A :class:`Rung` holds, per architecture, a :class:`RungArch`: the :class:`LrCell` of its chosen
 learning rate (the seeds' final losses of its successful runs and its failed runs;
 :func:`rung_from_runs` builds one from :class:`Run` s with the same choice as :func:`analyse`), its
-size and what was trained at the other learning rates.
+size and what was trained at the other learning rates (every cell, for the failures by learning
+rate and the promotion gate's window around the chosen one); and, optionally, a :class:`RungInfo`:
+what the rung was (parameters, tokens per parameter, the precision its runs recorded).
+:func:`rung_diff` is the ladder's one comparison of two architectures at a rung (the failure hurdle,
+then mean loss), which the reversals and the promotion gate both use.
 
 Rules: ``docs/statistics.md`` (section "Across model sizes").
 """
@@ -14,12 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .inference import ALPHA, draw_scale, interval, variance_fit
+from .inference import ALPHA, compare, draw_scale, interval, variance_fit
 from .outcomes import LrCell, Run, hurdle_order, sweep, unbracketed, wilson
+
+LR_WINDOW = 2.0  # the promotion gate's neighbourhood of a chosen learning rate: [lr / 2, lr x 2], and at
+# least the nearest trained learning rate on each side (RungArch.window)
 
 
 @dataclass(kw_only=True)
@@ -34,6 +41,9 @@ class RungArch(LrCell):
     # every run of the rung, at every learning rate (None: only the chosen learning rate's are known)
     all_runs: int | None = None
     all_failed: int | None = None
+    # every cell trained at this rung (learning rate x variant), as :func:`sweep` grouped them; empty
+    # when only the chosen learning rate's runs are known
+    cells: tuple[LrCell, ...] = ()
 
     @property
     def n_runs_all(self) -> int:
@@ -50,6 +60,54 @@ class RungArch(LrCell):
         loss)."""
         return unbracketed(self.lr, self.lrs)
 
+    def window(self, factor: float = LR_WINDOW) -> tuple[int, int, tuple[float, ...]]:
+        """(failed, runs, learning rates) over the cells of the chosen cell's variant whose learning
+        rate lies within ``factor`` of the chosen one ([lr / factor, lr x factor]): how stable the
+        architecture is near its optimum. Without a chosen learning rate (nothing succeeded) every
+        cell counts; without cells, the chosen learning rate's own runs."""
+        if not self.cells:
+            return self.n_failed, self.n_runs, (() if self.lr is None else (float(self.lr),))
+        if self.lr is None:
+            near = list(self.cells)
+        else:
+            lo, hi = self.lr / factor * (1 - 1e-9), self.lr * factor * (1 + 1e-9)
+            same = sorted((c for c in self.cells if c.variant == self.variant), key=lambda c: c.lr)
+            near = [c for c in same if lo <= c.lr <= hi]
+            # a sweep coarser than the window would leave the chosen learning rate alone in it: the nearest
+            # trained neighbour on each side is always in (how stable the architecture is next to its optimum)
+            below, above = [c for c in same if c.lr < lo], [c for c in same if c.lr > hi]
+            if below and not any(c.lr < self.lr for c in near):
+                near.insert(0, below[-1])
+            if above and not any(c.lr > self.lr for c in near):
+                near.append(above[0])
+        return (sum(c.n_failed for c in near), sum(c.n_runs for c in near),
+                tuple(sorted({float(c.lr) for c in near})))
+
+
+@dataclass
+class RungInfo:
+    """What a rung was, for the record (``ladder.json``'s ``rung_info``): its parameter count (the
+    rung's size: its first baseline's), training tokens per run and per parameter, steps, and the
+    numeric precision its runs recorded (``precisions``: every one, ``mixed`` when they differ;
+    ``precision`` None when no run recorded one)."""
+
+    name: str
+    n_params: int | None = None
+    tokens: int | None = None
+    steps: int | None = None
+    tokens_per_param: float | None = None
+    precision: str | None = None  # the one precision, or "mixed: a, b" when the runs differ
+    precisions: list[str] = field(default_factory=list)
+    mixed_precision: bool = False
+
+    @classmethod
+    def of(cls, name: str, n_params=None, tokens=None, steps=None, precisions: Iterable[str] = ()) -> RungInfo:
+        seen = sorted({str(p) for p in precisions if p})
+        per = float(tokens) / float(n_params) if tokens and n_params else None
+        text = seen[0] if len(seen) == 1 else f"mixed: {', '.join(seen)}" if seen else None
+        return cls(name, None if n_params is None else int(n_params), None if tokens is None else int(tokens),
+                   None if steps is None else int(steps), per, text, seen, len(seen) > 1)
+
 
 @dataclass
 class Rung:
@@ -58,6 +116,7 @@ class Rung:
     name: str
     archs: dict[str, RungArch]
     size: float | None = None
+    info: RungInfo | None = None
 
     def size_of(self, arch: str) -> float | None:
         s = self.archs[arch].size
@@ -77,11 +136,65 @@ def rung_from_runs(name: str, runs: Iterable[Run], size: float | Mapping[str, fl
     for arch, lr in sweep(runs).items():
         chosen = [lr.best] if lr.best is not None else lr.cells
         archs[arch] = RungArch(
-            lr=lr.best_lr, losses=dict(lr.best.losses) if lr.best is not None else {},
+            lr=lr.best_lr, variant=lr.best_variant, losses=dict(lr.best.losses) if lr.best is not None else {},
             n_diverged=sum(c.n_diverged for c in chosen), n_stalled=sum(c.n_stalled for c in chosen),
             size=(float(size[arch]) if arch in size else None) if isinstance(size, Mapping) else None,
-            lrs=tuple(c.lr for c in lr.cells), all_runs=lr.n_runs, all_failed=lr.n_failed)
+            lrs=tuple(c.lr for c in lr.cells), all_runs=lr.n_runs, all_failed=lr.n_failed, cells=tuple(lr.cells))
     return Rung(name, archs, None if isinstance(size, Mapping) else size)
+
+
+@dataclass
+class RungDiff:
+    """a - b at one rung: by the failure hurdle (Fisher's exact test on failed vs successful runs) when
+    their failure rates differ, else by mean loss (the ranking's test: Welch, each architecture's own SD)."""
+
+    rung: str
+    by: str  # "failures" | "loss"
+    method: str  # "fisher" | "welch" | "none"
+    diff: float | None  # failure-rate difference or mean-loss difference, a - b
+    ci_low: float | None  # for a loss difference, 95%, unadjusted
+    ci_high: float | None
+    p_value: float | None
+    p_holm: float | None = None  # Holm over the family it is judged in (the reversals', or the gate's)
+    significant: bool = False
+
+
+def rung_diff(rung: Rung, a: str, b: str, samples: Mapping[str, Mapping[int, float]] | None = None) -> RungDiff:
+    """a - b at ``rung`` by the hurdle: Fisher's exact test on the failure counts at the chosen learning
+    rates when the failure rates differ, else the ranking's Welch test on the mean losses. ``samples``:
+    the rung's successful losses per architecture (built from the rung when None)."""
+    from scipy.stats import fisher_exact
+
+    x, y = rung.archs[a], rung.archs[b]
+    if x.failure_rate != y.failure_rate:
+        p = float(fisher_exact([[x.n_failed, x.n_ok], [y.n_failed, y.n_ok]])[1])
+        return RungDiff(rung.name, "failures", "fisher", x.failure_rate - y.failure_rate, None, None, p)
+    if samples is None:
+        samples = {k: ra.losses for k, ra in rung.archs.items() if ra.losses}
+    c = compare(samples, a, b)
+    return RungDiff(rung.name, "loss", c.method, c.diff, c.ci_low, c.ci_high, c.p_value)
+
+
+@dataclass
+class LrFailures:
+    """An architecture's runs at one learning rate of a rung (every variant of it together)."""
+
+    lr: float
+    n_runs: int
+    n_failed: int
+    failure_rate: float
+    failure_ci: tuple[float, float]  # Wilson 95%
+    chosen: bool = False
+
+
+def failures_by_lr(ra: RungArch) -> list[LrFailures]:
+    """The failures of ``ra`` at each learning rate trained (empty without cells)."""
+    runs: dict[float, list[int]] = {}
+    for c in ra.cells:
+        n = runs.setdefault(float(c.lr), [0, 0])
+        n[0], n[1] = n[0] + c.n_runs, n[1] + c.n_failed
+    return [LrFailures(lr, n, k, k / n if n else 0.0, wilson(k, n), ra.lr is not None and lr == float(ra.lr))
+            for lr, (n, k) in sorted(runs.items())]
 
 
 @dataclass
@@ -106,6 +219,7 @@ class RungPoint:
     lr: float | None = None  # the chosen learning rate
     lrs: tuple[float, ...] = ()  # the learning rates trained
     at_edge: bool = False  # the chosen one is an end of two or more trained: an unbracketed optimum
+    by_lr: list[LrFailures] = field(default_factory=list)  # the failures at each learning rate trained
 
 
 def rung_points(rungs: Sequence[Rung], alpha: float = ALPHA) -> dict[str, list[RungPoint]]:
@@ -123,7 +237,7 @@ def rung_points(rungs: Sequence[Rung], alpha: float = ALPHA) -> dict[str, list[R
                 ra.n_failed / ra.n_runs if ra.n_runs else 0.0, ra.failure_ci, ra.mean,
                 iv.ci_low, iv.ci_high, ra.n_ok, ra.n_runs_all, ra.n_failed_all,
                 ra.n_failed_all / ra.n_runs_all if ra.n_runs_all else 0.0, wilson(ra.n_failed_all, ra.n_runs_all),
-                ra.lr, tuple(ra.lrs), ra.at_edge))
+                ra.lr, tuple(ra.lrs), ra.at_edge, failures_by_lr(ra)))
     return out
 
 

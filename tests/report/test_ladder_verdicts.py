@@ -71,10 +71,23 @@ def test_caveats_name_the_failed_rungs_and_nothing_when_all_is_well(crossed):
 
 def test_ladder_lines_have_every_section(crossed):
     text = "\n".join(ladder_lines(crossed))
-    for head in ("## Across model sizes", "### Does the order hold?", "### Reversals", "### Power laws"):
+    for head in ("## Across model sizes", "### Does the order hold?", "### Reversals", "### Promotion gate",
+                 "### Power laws"):
         assert head in text
     assert "| label | r0 | r1 | r2 |" in text
-    assert "no residual degree of freedom" in text  # three rungs
+    assert "**No power law is fitted**" in text and "at most 3" in text  # three rungs: no fit, and why
+    assert "No gate: the ladder names no found placement and baseline" in text  # no baselines named
+
+
+def test_the_gate_in_words_names_every_pair_and_its_reasons():
+    st = analyse_ladder(ladder({"a": [3.0, 2.6, 2.2], "b": [3.1, 2.6, 2.1], "c": [3.5, 3.2, 2.9]}), n_draws=200,
+                        baselines=["c"])
+    text = "\n".join(ladder_lines(st, labels={"a": "t|1"}))
+    assert "| t\\|1 | c | **promoted** |" in text and "| b | c | **promoted** |" in text
+    assert "- **`t\\|1` over `c`: promoted**: better at every rung" in text
+    st = analyse_ladder(ladder({"a": [3.0, 2.6, 2.2], "c": [3.1, 2.62, 2.21]}), n_draws=200, baselines=["c"])
+    (g,) = st.promotion
+    assert not g.promoted and "- `a` over `c`: not promoted: the gain shrinks with size" in "\n".join(ladder_lines(st))
 
 
 def test_the_ladder_plot_needs_sizes(crossed):

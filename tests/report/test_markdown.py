@@ -16,7 +16,7 @@ def test_markdown_has_every_column_comparison_and_notice(report):
     ranking, out = report
     md = (out / "report.md").read_text()
     assert ("| rank | label | sites | score (bits/byte) [95% CI] | failed | P(best) | ranks | seeds | best lr | basin "
-            "| params | tokens/s | kernels | arch_id |") in md
+            "| params | tokens/s | tokens/s vs best baseline | effective speed-up | kernels | arch_id |") in md
     assert "**The study is still running** (1 trial(s) running" in md and "trial 11 (t11" in md
     assert "A demonstration, not a scientific result" in md
     assert "**Cost**: 44 training runs, 7.3 min of training in total" in md

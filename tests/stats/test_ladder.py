@@ -1,9 +1,11 @@
 """normsearch.stats.ladder on synthetic ladders whose truth is set here: a preserved order agrees
 (tau = 1, narrow interval), the interval widens with the seeds' noise, a planted reversal is named
-(between any two rungs) and one inside the noise is labelled so, a planted power law is recovered,
-crossing curves (or crossing draws) are warned of, three rungs say the fit has no residual degree of freedom,
-architectures that failed every run rank last, are named at every such rung and do not make the
-orders agree, and failures at every learning rate are kept beside the chosen one's. Fixed numpy
+(between any two rungs) and one inside the noise is labelled so, a planted power law is recovered
+from five or more rungs, crossing curves (or crossing draws) are warned of, fewer than five rungs give
+no fit and say why, architectures that failed every run rank last, are named at every such rung and
+do not make the orders agree, and failures at every learning rate are kept beside the chosen one's.
+The lack-of-fit test, the extrapolation limit and the decision accuracy are
+tests/stats/test_ladder_fits.py's; the promotion gate tests/stats/test_ladder_gate.py's. Fixed numpy
 seeds throughout."""
 
 import json
@@ -20,6 +22,7 @@ from normsearch.stats.ladder import Rung, kendall_tau_b, spearman_rho
 from normsearch.stats.powerlaw import fit_power_law, profile_fit
 
 SIZES = [1e5, 4e5, 1.6e6, 6.4e6]
+SIZES5 = [2.5e4, 1e5, 4e5, 1.6e6, 6.4e6]  # five rungs: the fewest a power law is fitted over
 
 
 def law(E, B, alpha, n0=1e5):
@@ -108,11 +111,13 @@ def test_a_planted_reversal_is_named_and_a_small_one_is_within_noise():
     assert "reverse within noise" in text and "beats" not in text
 
 
-def test_a_planted_power_law_is_recovered_from_four_rungs():
+def test_a_planted_power_law_is_recovered_from_six_rungs():
     truth = {"a": law(2.0, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, n_seeds=6, sigma=0.003, seed=2), n_draws=500)
+    st = analyse_ladder(ladder(truth, sizes=list(np.geomspace(1e5, 6.4e6, 6)), n_seeds=6, sigma=0.003, seed=2),
+                        n_draws=500)
     f = st.fits["a"]
-    assert f.ok and not f.exact and len(f.sizes) == 4
+    assert f.ok and not f.exact and len(f.sizes) == 6 and f.df_resid == 3 and f.n_seeds == [6] * 6
+    assert f.verdict == "passes" and f.lack_of_fit.df_pe == 30
     assert f.E == pytest.approx(2.0, abs=0.05)
     assert f.alpha == pytest.approx(0.3, abs=0.03)
     assert f.A == pytest.approx(1.5 * 1e5 ** 0.3, rel=0.2)
@@ -143,31 +148,38 @@ def test_the_profile_solver_agrees_with_curve_fit():
     assert sse == pytest.approx(f.rmse ** 2 * 5, abs=1e-6)
 
 
-def test_three_rungs_say_the_fit_is_exactly_determined():
+@pytest.mark.parametrize("n_rungs", [3, 4])
+def test_fewer_than_five_rungs_give_no_fit_and_say_why(n_rungs):
+    """Three or four rungs leave fewer than 2 residual degrees of freedom for 3 parameters: no fit (it
+    used to be fitted, exactly determined at three), and the report says why."""
     truth = {"a": law(2.0, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, sizes=SIZES[:3], n_seeds=3), n_draws=200)
+    st = analyse_ladder(ladder(truth, sizes=SIZES[:n_rungs], n_seeds=3), target=2e6, n_draws=200)
     f = st.fits["a"]
-    assert f.ok and f.exact and f.rmse < 1e-6
-    assert any("no residual degree of freedom" in n for n in f.notes)
-    assert "no residual degree of freedom" in "\n".join(ladder_lines(st))
+    assert not f.ok and f.verdict == "no fit" and f.reason.startswith(f"{n_rungs} rung(s) with a successful run")
+    assert "need 5" in f.reason and "2 residual degrees of freedom" in f.reason
+    text = "\n".join(ladder_lines(st))
+    assert "**No power law is fitted**" in text and f"at most {n_rungs}" in text
+    assert st.extrapolation.projections == [] and st.extrapolation.left_out["a"].startswith("no fit:")
+    assert "nothing is extrapolated" in text
 
 
 def test_too_few_rungs_or_a_rising_loss_give_no_fit_and_say_why():
     f = fit_power_law("a", [1e5, 1e6], [3.0, 2.5])
-    assert not f.ok and "needs 3" in f.reason
-    f = fit_power_law("a", [1e5, 1e6, 1e7], [2.5, 2.7, 2.9])
+    assert not f.ok and "need 5" in f.reason
+    f = fit_power_law("a", [1e5, 1e6, 1e7, 1e8, 1e9], [2.5, 2.7, 2.9, 3.0, 3.1])
     assert not f.ok and "does not fall" in f.reason
 
 
 def test_crossing_curves_give_the_warning():
-    truth = {"fast": law(1.5, 2.0, 0.25), "slow": law(2.0, 1.0, 0.5)}  # slow is better up to ~3e7, then fast
-    rungs = ladder(truth, n_seeds=5, sigma=0.002, seed=4)
-    st = analyse_ladder(rungs, target=1e8, n_draws=500)
+    truth = {"fast": law(1.5, 2.0, 0.25), "slow": law(2.0, 1.0, 0.5)}  # slow is better up to ~1.4e7, then fast
+    rungs = ladder(truth, sizes=SIZES5, n_seeds=5, sigma=0.002, seed=4)
+    st = analyse_ladder(rungs, target=2.5e7, n_draws=500)
     x = st.extrapolation
-    assert st.orders["r3"][0] == "slow" and x.order[0] == "fast"
+    assert st.fits["fast"].verdict == st.fits["slow"].verdict == "passes"
+    assert st.orders["r4"][0] == "slow" and x.order[0] == "fast"
     assert len(x.crossings) == 1
     c = x.crossings[0]
-    assert {c.a, c.b} == {"fast", "slow"} and 6.4e6 < c.at < 1e8 and c.p_cross > 0.9
+    assert {c.a, c.b} == {"fast", "slow"} and 6.4e6 < c.at < 2.5e7 and c.p_cross > 0.9
     text = "\n".join(ladder_lines(st))
     assert "**Warning**: the fitted curves of `fast` and `slow` cross" in text
     near = analyse_ladder(rungs, target=8e6, n_draws=200).extrapolation
@@ -179,9 +191,10 @@ def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_
     not cross before N*, but more than 10% of the draws' curves do, and that is warned of. (Each mean is
     drawn from its own t with n - 1 df, heavy-tailed at 3 seeds: "little noise" is a seed SD of 0.003.)"""
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.02, 1.5, 0.3)}
-    quiet = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.003, seed=4), target=1e8, n_draws=500)
-    assert quiet.extrapolation.crossings == []
-    noisy = analyse_ladder(ladder(truth, n_seeds=3, sigma=0.01, seed=4), target=1e8, n_draws=500)
+    quiet = analyse_ladder(ladder(truth, sizes=SIZES5, n_seeds=3, sigma=0.003, seed=4), target=2.5e7, n_draws=500)
+    assert quiet.extrapolation.crossings == [] and quiet.extrapolation.order == ["a", "b"]
+    noisy = analyse_ladder(ladder(truth, sizes=SIZES5, n_seeds=3, sigma=0.01, seed=4), target=2.5e7, n_draws=500)
+    assert noisy.extrapolation.order == ["a", "b"]
     (c,) = noisy.extrapolation.crossings
     assert c.at is None and c.p_cross > 0.1 and {c.a, c.b} == {"a", "b"}
     text = "\n".join(ladder_lines(noisy))
@@ -190,17 +203,17 @@ def test_curves_whose_draws_cross_often_give_the_warning_though_the_fits_do_not_
 
 def test_extrapolation_gives_intervals_and_p_best():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.2, 1.5, 0.3)}
-    x = analyse_ladder(ladder(truth), target=1e8, n_draws=500).extrapolation
-    assert x.order == ["a", "b"] and x.p_order > 0.95
+    x = analyse_ladder(ladder(truth, sizes=SIZES5), target=2.5e7, n_draws=500).extrapolation
+    assert x.order == ["a", "b"] and x.p_order > 0.95 and x.refused is None
     pa = x.projections[0]
     assert pa.ci[0] <= pa.loss <= pa.ci[1] and pa.p_best > 0.95
-    assert pa.loss == pytest.approx(law(2.0, 1.5, 0.3)(1e8), abs=0.05)
+    assert pa.loss == pytest.approx(law(2.0, 1.5, 0.3)(2.5e7), abs=0.02)
 
 
 def test_architectures_that_failed_every_run_rank_last():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "c": law(2.2, 1.5, 0.3), "d": law(1.0, 1.5, 0.3)}
     # d has the lowest loss wherever it trains, but fails every run at r2 and r3; c also fails at r3
-    st = analyse_ladder(ladder(truth, failed={("d", 2): 3, ("d", 3): 5, ("c", 3): 2}), target=1e8, n_draws=300)
+    st = analyse_ladder(ladder(truth, failed={("d", 2): 3, ("d", 3): 5, ("c", 3): 2}), target=2e7, n_draws=300)
     assert st.orders["r0"][0] == "d" and st.orders["r2"][-1] == "d"
     assert set(st.orders["r3"][-2:]) == {"c", "d"}
     last = {p.rung: p for p in st.points["d"]}
@@ -215,7 +228,7 @@ def test_architectures_that_failed_every_run_rank_last():
     assert st.all_failed == {"d": ["r2", "r3"], "c": ["r3"]}
     assert st.fits["d"].reason.startswith("every run failed at r2, r3; 2 rung(s)")
     assert "every run failed at r2" in st.extrapolation.left_out["d"]
-    assert "c" not in st.extrapolation.order and "largest rung" in st.extrapolation.left_out["c"]
+    assert "c" not in st.extrapolation.order and st.extrapolation.left_out["c"].startswith("no fit: every run failed")
     text = "\n".join(ladder_lines(st))
     assert "every run failed (5/5)" in text and "**Every run of `d` failed at r2, r3.**" in text
 
@@ -241,13 +254,15 @@ def test_a_rung_where_every_run_failed_is_flagged_wherever_it_is():
     """A failure at a middle rung is flagged too, and one at the largest of three rungs is the reason
     for the missing fit (not only "2 rungs")."""
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "m": law(2.2, 1.5, 0.3)}
-    st = analyse_ladder(ladder(truth, failed={("m", 1): 3, ("b", 3): 2}), target=1e8, n_draws=200)
-    assert st.all_failed == {"m": ["r1"], "b": ["r3"]}
+    sizes = list(np.geomspace(2.5e4, 6.4e6, 6))  # six rungs: m fitted over the five where it trained
+    st = analyse_ladder(ladder(truth, sizes=sizes, failed={("m", 1): 3, ("b", 5): 2}), target=2e7, n_draws=200)
+    assert st.all_failed == {"m": ["r1"], "b": ["r5"]}
     assert st.fits["m"].ok and any("every run failed at r1" in n for n in st.fits["m"].notes)
+    assert st.fits["b"].ok and st.extrapolation.left_out["b"] == "every run failed at the largest rung (r5)"
     text = "\n".join(ladder_lines(st))
     assert "**Every run of `m` failed at r1.**" in text
     assert "`m` is extrapolated from the rungs where it trained; every run failed at r1" in text
-    three = analyse_ladder(ladder(truth, sizes=SIZES[:3], failed={("b", 2): 2}), target=1e8, n_draws=200)
+    three = analyse_ladder(ladder(truth, sizes=SIZES[:3], failed={("b", 2): 2}), target=5e6, n_draws=200)
     assert three.fits["b"].reason.startswith("every run failed at r2")
     assert three.extrapolation.left_out["b"].startswith("no fit: every run failed at r2")
 
@@ -293,11 +308,20 @@ def test_failures_at_every_learning_rate_are_reported_beside_the_chosen_ones():
 
 def test_reproducible_and_json_ready(tmp_path):
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
-    rungs = ladder(truth, failed={("b", 0): 2})
-    one, two = (analyse_ladder(rungs, target=1e8, n_draws=300, seed=7) for _ in range(2))
+    rungs = ladder(truth, sizes=SIZES5, failed={("b", 0): 2})
+    one, two = (analyse_ladder(rungs, target=2e7, n_draws=300, seed=7, baselines=["b"]) for _ in range(2))
     d = one.to_dict()
     assert json.loads(json.dumps(d)) == two.to_dict()
     assert d["fits"]["a"]["status"] == "fit" and "draws" not in d["fits"]["a"]
+    assert set(d["fits"]["a"]["lack_of_fit"]) >= {"F", "df_lof", "df_pe", "p_value", "passed"}
+    assert d["rung_names"] == ["r0", "r1", "r2", "r3", "r4"]  # the names, as old readers read them from rungs
+    assert [r["name"] for r in d["rungs"]] == d["rung_names"]
+    assert [r["n_params"] for r in d["rung_info"]] == [int(n) for n in SIZES5]
+    (gate,) = d["promotion"]
+    assert (gate["found"], gate["baseline"]) == ("a", "b") and isinstance(gate["promoted"], bool) and gate["reason"]
+    assert "slope" in gate and "slope_ci" in gate
+    assert set(d["agreements"][0]["decision_accuracy"]) == {"value", "low", "high", "n_pairs"}
+    assert d["agreements"][-1]["decision_accuracy"] is None  # r3 -> r4: not from the smallest rung
     # b failed every run at r0 only: it stays in that pair, last at r0
     assert d["agreements"][0]["left_out"] == [] and d["agreements"][0]["tau"] is not None
     assert d["agreements"][-1]["tau"] is not None
@@ -307,7 +331,7 @@ def test_the_ladder_plot_draws(tmp_path):
     from normsearch.report._plots import save
 
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.05, 1.4, 0.28)}
-    st = analyse_ladder(ladder(truth, failed={("b", 3): 5}), target=1e8, n_draws=200)
+    st = analyse_ladder(ladder(truth, sizes=SIZES5, failed={("b", 4): 5}), target=2e7, n_draws=200)
     fig = ladder_plot(st, labels={"a": "found-1"}, baselines=("b",))
     ax, af = fig.axes
     assert ax.get_xscale() == "log" and "found-1" in [t.get_text() for t in ax.get_legend().get_texts()]

@@ -1,0 +1,183 @@
+"""What a norm costs, and which runs a ranking may compare at all. Torch-free.
+
+- **One precision.** Runs of different precisions are never pooled: a bf16 run's loss and tokens/s are not
+  an fp32 run's. When a study's runs mix precisions (``train.precision: auto`` measures per machine, so
+  two machines can choose differently), the ranking compares the runs of the precision most of them used
+  and leaves the others out (:func:`compared_precision`; ``normsearch.ranking.rank`` does the leaving).
+- **Throughput ratio.** A row's median training tokens/s over the runs of its chosen cell that trained to
+  the end, over the best baseline's (the best-ranked baseline row).
+- **Effective speed-up.** How much more compute the best baseline needs to reach the row's final
+  validation loss: the steps at which the baseline's mean validation curve (its successful runs at its
+  chosen cell, interpolated linearly in log-steps) first reaches that loss, over the row's own steps
+  (``step_speedup``), times the throughput ratio. A loss below anything the baseline reached gives a lower
+  bound (its last evaluation's steps), never an extrapolation; a loss above the baseline's at its first
+  evaluation after step 0 gives none, with the reason (``speedup_note``).
+- **The other way round.** With equal budgets a row ahead per step always gets a lower bound, so its
+  verdict per second is read on its own curve instead: the baseline's steps over the steps the row needs to
+  reach the baseline's final loss, times the throughput ratio (``speedup_at_baseline_loss``).
+
+The rules and their caveats are docs/statistics.md §13.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from ._rows import Row
+from .ranking import RANKED
+from .records import RunResult
+
+
+def compared_precision(rows: list[Row]) -> tuple[str | None, dict[str, int]]:
+    """The precision whose runs a ranking compares, and every precision with its number of evaluated runs
+    (of the rows that finished): the one most runs used; on a tie 32-true, else the first by name."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        for x in r.runs if r.state == RANKED else ():
+            if x.curve:
+                counts[x.precision or ""] = counts.get(x.precision or "", 0) + 1
+    if not counts:
+        return None, {}
+    best = min(counts, key=lambda p: (-counts[p], p != "32-true", p))
+    return best, dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def chosen_runs(row: Row, successful: bool = True) -> list[RunResult]:
+    """The runs of ``row``'s chosen cell (its learning rate in its variant of the grid); ``successful``: only
+    the seeds its score counts (``row.seeds``), else every run there that trained to the end."""
+    from .grid import variant_tag
+
+    if row.best_lr is None:
+        return []
+    tag = variant_tag(row.variant or {})
+    cell = [r for r in row.runs if float(r.lr) == float(row.best_lr) and variant_tag(r.variant or {}) == tag]
+    if successful:
+        return [r for r in cell if r.curve and int(r.seed) in row.seeds]
+    return [r for r in cell if r.finished]
+
+
+def median_tokens_per_s(row: Row) -> float | None:
+    values = [float(r.tokens_per_s) for r in chosen_runs(row, successful=False) if r.tokens_per_s]
+    return statistics.median(values) if values else None
+
+
+def mean_curve(runs: list[RunResult]) -> list[tuple[int, float]]:
+    """(step, mean validation bits/byte) at every evaluation every run has, in step order."""
+    if not runs:
+        return []
+    steps = set.intersection(*({int(p["step"]) for p in r.curve if p.get("val_bpb") is not None} for r in runs))
+    by_run = [{int(p["step"]): float(p["val_bpb"]) for p in r.curve if p.get("val_bpb") is not None} for r in runs]
+    return [(s, sum(d[s] for d in by_run) / len(by_run)) for s in sorted(steps)]
+
+
+def final_point(runs: list[RunResult]) -> tuple[float, float] | None:
+    """(mean final validation loss, mean steps at it) over ``runs``; the validation loss even for runs
+    scored on the test split, so that it compares with a validation curve."""
+    ends = [r.curve[-1] for r in runs if r.curve and r.curve[-1].get("val_bpb") is not None]
+    if not ends:
+        return None
+    return sum(float(e["val_bpb"]) for e in ends) / len(ends), sum(float(e["step"]) for e in ends) / len(ends)
+
+
+def steps_to_reach(curve: list[tuple[int, float]], loss: float) -> tuple[float | None, str]:
+    """The steps at which ``curve`` (step, loss) first reaches ``loss``, linear in log-steps between its
+    evaluations after step 0, and how to read it: ``"at"`` (reached there), ``"lower"`` (never reached: the
+    last evaluation's steps, a lower bound), ``"above"`` (the loss is above the curve's first evaluation
+    after step 0: no step count, None), ``"none"`` (no evaluation after step 0)."""
+    points = [(s, v) for s, v in curve if s > 0 and math.isfinite(v)]
+    if not points:
+        return None, "none"
+    if loss > points[0][1]:
+        return None, "above"
+    for i, (s, v) in enumerate(points):
+        if v <= loss:
+            if i == 0 or v == loss:
+                return float(s), "at"
+            s0, v0 = points[i - 1]
+            f = (v0 - loss) / (v0 - v)
+            return math.exp(math.log(s0) + f * (math.log(s) - math.log(s0))), "at"
+    return float(points[-1][0]), "lower"
+
+
+def best_baseline(rows: list[Row]) -> Row | None:
+    """The best-ranked baseline row with a chosen cell."""
+    bases = [r for r in rows if r.is_baseline and r.rank is not None and r.best_lr is not None and r.seeds]
+    return min(bases, key=lambda r: r.rank) if bases else None
+
+
+def add_speedups(rows: list[Row]) -> Row | None:
+    """Fill in every row's ``throughput_ratio``, ``step_speedup``, ``effective_speedup`` (and its bound and
+    note) against the best baseline, which it returns (None: no ranked baseline, every value null)."""
+    base = best_baseline(rows)
+    for r in rows:
+        r.throughput_ratio = r.step_speedup = r.effective_speedup = r.speedup_at_baseline_loss = None
+        r.speedup_lower_bound, r.speedup_note, r.speedup_against = False, "", base.label if base else ""
+    if base is None:
+        for r in rows:
+            r.speedup_note = "no ranked baseline to compare with"
+        return None
+    base_tps = median_tokens_per_s(base)
+    curve = mean_curve(chosen_runs(base))
+    base_end = final_point(chosen_runs(base))
+    for r in rows:
+        _speedup(r, base, base_tps, curve, base_end)
+    return base
+
+
+def _speedup(r: Row, base: Row, base_tps: float | None, curve: list[tuple[int, float]],
+             base_end: tuple[float, float] | None) -> None:
+    tps = median_tokens_per_s(r)
+    r.throughput_ratio = tps / base_tps if tps and base_tps else None
+    end = final_point(chosen_runs(r)) if r.rank is not None else None
+    if end is None:
+        r.speedup_note = "not ranked" if r.rank is None else "no successful run at its chosen cell"
+        return
+    loss, steps = end
+    if base_end is not None and r.throughput_ratio is not None:  # the baseline's final loss on this row's curve
+        own, how = steps_to_reach(mean_curve(chosen_runs(r)), base_end[0])
+        if how == "at" and own:
+            r.speedup_at_baseline_loss = base_end[1] / own * r.throughput_ratio
+    needed, how = steps_to_reach(curve, loss)
+    if how == "above":
+        first = next(s for s, _ in curve if s > 0)
+        r.speedup_note = (f"its final loss {loss:.4f} is above {base.label}'s at its first evaluation (step {first}): "
+                          f"no step count to read off {base.label}'s curve")
+        return
+    if how == "none" or needed is None or steps <= 0:
+        r.speedup_note = f"{base.label}'s runs have no validation curve after step 0"
+        return
+    r.step_speedup = needed / steps
+    r.speedup_lower_bound = how == "lower"
+    if r.speedup_lower_bound:
+        r.speedup_note = (f"{base.label} never reached its final loss {loss:.4f} in {needed:g} steps: a lower bound, "
+                          f"not extrapolated")
+    if r.throughput_ratio is None:
+        r.speedup_note = (r.speedup_note + "; " if r.speedup_note else "") + "no tokens/s recorded to scale by"
+        return
+    r.effective_speedup = r.step_speedup * r.throughput_ratio
+
+
+def per_second_sentences(rows: list[Row]) -> list[str]:
+    """One sentence per row whose verdict per step and per second differ against the best baseline: ahead per
+    step (the baseline's curve never reaches its loss, or reaches it late) but behind per second (it reaches the
+    baseline's final loss later in compute: ``speedup_at_baseline_loss`` < 1, or an exact effective speed-up
+    < 1), or possibly behind (only a bound below 1 to go by); or behind per step but ahead per second."""
+    out = []
+    for r in rows:
+        if r.label == r.speedup_against or r.step_speedup is None or r.throughput_ratio is None:
+            continue
+        base, ratio, eff = r.speedup_against, r.throughput_ratio, r.effective_speedup
+        at_base = r.speedup_at_baseline_loss
+        head = f"{r.label} is ahead per step but {ratio:.2f}x the tokens/s of {base}: per second it"
+        if r.speedup_lower_bound or r.step_speedup > 1:
+            if at_base is not None and at_base < 1:
+                out.append(f"{head} is behind (effective speed-up {at_base:.2f}x at {base}'s final loss"
+                           + (f", >= {eff:.2f}x at its own)" if r.speedup_lower_bound else ")"))
+            elif at_base is None and eff is not None and eff < 1:
+                out.append(f"{head} is behind (effective speed-up {eff:.2f}x)" if not r.speedup_lower_bound else
+                           f"{head} may be behind (effective speed-up >= {eff:.2f}x: {base} never reached its loss)")
+        elif r.step_speedup < 1 and eff is not None and eff > 1:
+            out.append(f"{r.label} is behind per step but {ratio:.2f}x the tokens/s of {base}: per second it is "
+                       f"ahead (effective speed-up {eff:.2f}x)")
+    return out

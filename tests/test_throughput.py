@@ -1,0 +1,188 @@
+"""normsearch._throughput and its use in the ranking: what a norm costs (throughput ratio, effective speed-up
+against the best baseline, read off its validation curve, a lower bound rather than an extrapolation), the
+sentence for a placement ahead per step but behind per second, and runs of different precisions never pooled.
+
+The synthetic study of tests/test_ranking.py: every run's curve is 8.0 at step 0, (8 + v) / 2 at step 50 and v
+at step 100 (v its final loss); its tokens/s 1000 + 100 x the architecture's index in ARCHS (peri_ln 1100)."""
+
+import csv
+import json
+import math
+
+import pytest
+import test_ranking
+from test_ranking import ARCHS, INIT, build_study
+
+from normsearch._throughput import compared_precision, mean_curve, steps_to_reach
+from normsearch.ranking import OTHER_PRECISION, rank
+from normsearch.records import RunResult
+from normsearch.report import Importance, ranking_json, report_markdown, write_csv
+
+MEAN = lambda xs: sum(xs) / len(xs)  # noqa: E731
+PERI = ARCHS["peri_ln"][1][3e-3]  # the best baseline's chosen cell: lr 3e-3, three successful seeds
+
+
+def log_interp(s0, v0, s1, v1, loss):
+    """The steps at which the line through (log s0, v0), (log s1, v1) reaches ``loss``."""
+    f = (v0 - loss) / (v0 - v1)
+    return math.exp(math.log(s0) + f * (math.log(s1) - math.log(s0)))
+
+
+def test_steps_to_reach_reads_the_curve_in_log_steps_and_never_extrapolates():
+    curve = [(0, 8.0), (50, 4.0), (100, 2.0)]
+    steps, how = steps_to_reach(curve, 3.0)
+    assert how == "at" and steps == pytest.approx(50 * 2 ** 0.5)
+    assert steps_to_reach(curve, 2.0) == (100.0, "at") and steps_to_reach(curve, 4.0) == (50.0, "at")
+    assert steps_to_reach(curve, 1.5) == (100.0, "lower")  # below anything reached: the last step, a bound
+    assert steps_to_reach(curve, 5.0) == (None, "above")  # above its first evaluation after step 0
+    assert steps_to_reach([(0, 8.0)], 5.0) == (None, "none")
+    # a curve that goes up again: the first time it reaches the loss
+    assert steps_to_reach([(10, 4.0), (20, 2.0), (40, 3.0)], 2.5)[0] == pytest.approx(log_interp(10, 4, 20, 2, 2.5))
+
+
+def test_mean_curve_over_the_evaluations_every_run_has():
+    def run(points):
+        return RunResult(arch_id="a", label="a", placement={}, n_layers=1, seed=0, lr=1e-3, value=points[-1][1],
+                         curve=[{"step": s, "val_bpb": v} for s, v in points])
+
+    curve = mean_curve([run([(0, 8.0), (50, 4.0), (100, 2.0)]), run([(0, 8.0), (50, 5.0), (75, 3.0), (100, 3.0)])])
+    assert curve == [(0, 8.0), (50, 4.5), (100, 2.5)]
+
+
+@pytest.fixture(scope="module")
+def ranking():
+    return rank(build_study())
+
+
+def test_throughput_ratio_and_effective_speedup_by_hand(ranking):
+    peri, t4, t3 = ranking.row("peri_ln"), ranking.row("t4"), ranking.row("t3")
+    assert {r.speedup_against for r in ranking.rows} == {"peri_ln"}  # the best-ranked baseline
+    assert peri.throughput_ratio == 1.0 and peri.effective_speedup == pytest.approx(1.0)
+    # t4 (chosen lr 1e-3, final 2.30, 1400 tokens/s) is reached by peri_ln's mean curve between steps 50 and 100
+    base50, base100 = MEAN([(INIT + v) / 2 for v in PERI]), MEAN(PERI)
+    loss = MEAN(ARCHS["t4"][1][1e-3])
+    steps = log_interp(50, base50, 100, base100, loss)
+    assert t4.throughput_ratio == pytest.approx(1400 / 1100)
+    assert t4.step_speedup == pytest.approx(steps / 100) and t4.step_speedup < 1
+    assert t4.effective_speedup == pytest.approx(steps / 100 * 1400 / 1100) and not t4.speedup_lower_bound
+    assert t4.speedup_at_baseline_loss is None  # t4 never reaches peri_ln's final loss
+    # t3 ends below anything peri_ln reached: a lower bound at peri_ln's last step, not an extrapolation
+    assert t3.speedup_lower_bound and t3.step_speedup == 1.0
+    assert t3.effective_speedup == pytest.approx(1300 / 1100) and "a lower bound" in t3.speedup_note
+    # ... and the other way round: peri_ln's final loss on t3's own curve
+    t3_cell = ARCHS["t3"][1][3e-3]
+    own = log_interp(50, MEAN([(INIT + v) / 2 for v in t3_cell]), 100, MEAN(t3_cell), base100)
+    assert t3.speedup_at_baseline_loss == pytest.approx(100 / own * 1300 / 1100)
+    assert ranking.row("t8").effective_speedup is None and ranking.row("t8").speedup_note == "not ranked"
+
+
+def written(ranking, tmp_path):
+    """report.md's text, ranking.json's rows by label and ranking.csv's lines by label (no plots: fast)."""
+    write_csv(ranking, tmp_path / "ranking.csv")
+    with open(tmp_path / "ranking.csv") as f:
+        table = {r["label"]: r for r in csv.DictReader(f)}
+    data = json.loads(json.dumps(ranking_json(ranking)))
+    md = report_markdown(ranking, [], Importance("none", note="not computed here"))
+    return md, data, table
+
+
+def patched(monkeypatch, change):
+    """build_study's runs passed through ``change(label, run dict)`` first."""
+    make = test_ranking.make_run
+
+    def make_run(label, seed, lr, value, pruned=False):
+        run = make(label, seed, lr, value, pruned)
+        change(label, run)
+        return run
+
+    monkeypatch.setattr(test_ranking, "make_run", make_run)
+
+
+def test_ahead_per_step_behind_per_second_is_said_in_the_report(monkeypatch, tmp_path):
+    def slow_t3(label, run):
+        if label == "t3":
+            run["tokens_per_s"] = 800.0
+
+    patched(monkeypatch, slow_t3)
+    result = rank(build_study(only=["pre_ln", "peri_ln", "t3", "t4"]))
+    md, data, by_label = written(result, tmp_path)
+    t3 = result.row("t3")
+    assert t3.throughput_ratio == pytest.approx(800 / 1100) and t3.speedup_lower_bound
+    assert t3.speedup_at_baseline_loss < 1  # it reaches peri_ln's final loss a little sooner per step, later per second
+    sentence = (f"t3 is ahead per step but 0.73x the tokens/s of peri_ln: per second it is behind (effective "
+                f"speed-up {t3.speedup_at_baseline_loss:.2f}x at peri_ln's final loss, >= {t3.effective_speedup:.2f}x "
+                f"at its own)")
+    assert sentence in md
+    t4 = result.row("t4")
+    assert (f"t4 is behind per step but 1.27x the tokens/s of peri_ln: per second it is ahead (effective speed-up "
+            f"{t4.effective_speedup:.2f}x)") in md
+    line = next(x for x in md.splitlines() if x.startswith("| ") and "| t3 |" in x)
+    assert "| 0.73x |" in line and f"| >= {t3.effective_speedup:.2f}x |" in line
+    rows = {r["label"]: r for r in data["rows"]}
+    assert rows["t3"]["throughput_ratio"] == pytest.approx(800 / 1100) and rows["t3"]["speedup_lower_bound"] is True
+    assert rows["t4"]["effective_speedup"] == pytest.approx(t4.effective_speedup)
+    assert {"score_mean", "tokens_per_s", "precision", "seeds", "seed_scores", "comparisons"} <= set(rows["t3"])
+    assert float(by_label["t4"]["effective_speedup"]) == pytest.approx(t4.effective_speedup)
+    assert by_label["t3"]["speedup_lower_bound"] == "True"
+
+
+def test_a_loss_above_the_baselines_first_evaluation_has_no_speedup(monkeypatch):
+    def fast_peri(label, run):  # peri_ln already at its final loss + 0.05 by step 50
+        if label == "peri_ln" and run["value"] is not None:
+            run["curve"][1]["val_bpb"] = run["value"] + 0.05
+
+    patched(monkeypatch, fast_peri)
+    ranking = rank(build_study(only=["pre_ln", "peri_ln", "t4"]))
+    t4 = ranking.row("t4")
+    assert t4.throughput_ratio == pytest.approx(1400 / 1100)
+    assert t4.effective_speedup is None and t4.step_speedup is None and not t4.speedup_lower_bound
+    assert "above peri_ln's at its first evaluation (step 50)" in t4.speedup_note
+
+
+def test_no_baseline_no_speedup():
+    ranking = rank(build_study(only=["t3", "t4"]))
+    assert all(r.throughput_ratio is None and r.effective_speedup is None for r in ranking.rows)
+    assert ranking.row("t3").speedup_note == "no ranked baseline to compare with"
+
+
+# --------------------------------------------------------------------------------------------------
+# one precision at a time
+
+
+def test_runs_of_another_precision_are_left_out_not_pooled(monkeypatch, tmp_path):
+    def bf16(label, run):
+        if label == "t5" or (label == "pre_ln" and run["seed"] == 0 and run["lr"] == 3e-3):
+            run["precision"] = "bf16-mixed"
+
+    patched(monkeypatch, bf16)
+    result = rank(build_study(only=["pre_ln", "peri_ln", "t3", "t5"]))
+    md, data, _ = written(result, tmp_path)
+    j = result.judgement
+    assert j.precision == "32-true" and j.precisions == {"32-true": 17, "bf16-mixed": 7} and j.precision_excluded == 7
+    t5, pre = result.row("t5"), result.row("pre_ln")
+    assert t5.state == OTHER_PRECISION and t5.rank is None and t5.n_other_precision == 6 and not t5.runs
+    assert t5.precision == "bf16-mixed"
+    assert pre.n_other_precision == 1 and pre.n_runs == 5 and pre.precision == "32-true,bf16-mixed"
+    assert 0 not in pre.seeds and pre.best_lr == 3e-3  # its bf16 run is in no mean
+    assert [r.label for r in result.ranked] == ["t3", "peri_ln", "pre_ln"]
+    assert "t5" not in {h.label for h in result.history}  # not compared: not a failure of the search either
+    assert "**Runs of more than one precision** (17 at 32-true, 7 at bf16-mixed)" in md
+    assert "compares the runs at 32-true" in md and "| only bf16-mixed |" in md
+    assert data["judgement"]["precision"] == "32-true" and data["judgement"]["precision_excluded"] == 7
+
+
+def test_the_majority_precision_is_the_one_compared(monkeypatch):
+    patched(monkeypatch, lambda label, run: run.update(precision="bf16-mixed") if label != "t3" else None)
+    ranking = rank(build_study(only=["pre_ln", "peri_ln", "t3"]))
+    assert ranking.judgement.precision == "bf16-mixed" and ranking.row("t3").state == OTHER_PRECISION
+    assert ranking.judgement.precision_excluded == 6
+
+
+def test_one_precision_changes_nothing_and_a_tie_goes_to_fp32():
+    ranking = rank(build_study(only=["pre_ln", "peri_ln"]))
+    assert ranking.judgement.precisions == {"32-true": 12} and ranking.judgement.precision_excluded == 0
+    peri, pre = ranking.row("peri_ln"), ranking.row("pre_ln")
+    for r in pre.runs:
+        r.precision = "bf16-mixed"
+    assert compared_precision([peri, pre]) == ("32-true", {"32-true": 6, "bf16-mixed": 6})
+    assert compared_precision([pre]) == ("bf16-mixed", {"bf16-mixed": 6})
