@@ -43,13 +43,14 @@ def gate_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) ->
               f"comparison at each rung (the failure hurdle by Fisher's exact test when the failure rates at the "
               f"chosen learning rates differ, else mean loss by Welch's test), one-sided; the largest of the rungs' "
               f"p-values (an intersection-union test) must pass Holm over the {len(gates)} pairs below at "
-              f"{stats.alpha:g}; (b) its failure rate over the runs within {w}x of its own chosen learning rate is "
-              f"no higher than the baseline's within {w}x of its own, at every rung; and (c) the gain does not "
+              f"{stats.alpha:g}; (b) its failure rate over the runs within {w}x of its own chosen learning rate, "
+              f"and at least at the nearest learning rate trained on each side of it, is no higher than the "
+              f"baseline's over the same neighbourhood of its own, at every rung; and (c) the gain does not "
               f"shrink with size: the per-rung gap (found - baseline, {unit}; negative: found better) regressed on "
               f"log10 N weighted by each gap's inverse variance, its slope's 95% interval (over the draws of the "
               f"rung means) not entirely on the side that moves the gap toward zero. Rungs small to large: "
               f"{', '.join(map(_md, stats.rungs))}.", "",
-              f"| found | baseline | verdict | gap per rung ({unit}) | failed within {w}x of its lr (found v baseline) "
+              f"| found | baseline | verdict | gap per rung ({unit}) | failed near its lr (found v baseline) "
               f"| gap's slope per decade [95%] | (a) Holm p |", "|---|---|---|---|---|---|---|"]
     for g in gates:
         verdict = "**promoted**" if g.promoted else "not promoted"
@@ -64,7 +65,8 @@ def gate_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) ->
     lone = all(len(r.found_lrs) <= 1 and len(r.base_lrs) <= 1 for g in gates for r in g.rungs if r.diff is not None)
     if lone:
         lines += ["", f"No other learning rate trained lies within {w}x of a chosen one (the sweep's points are "
-                      f"further apart): (b) compares the failures at the chosen learning rates alone."]
+                      f"further apart): (b) compares the failures at the chosen learning rates and their nearest "
+                      f"trained neighbours."]
     return lines + [""]
 
 

@@ -181,7 +181,8 @@ def gate(rungs: Sequence[Rung], f: str, b: str, draws=None, size_unit: str = "pa
     out.stable = not worse
     if worse:
         out.reasons.append(f"less stable near its optimum: more failed runs within {window:g}x of its own "
-                           f"learning rate than the baseline within {window:g}x of its own, at " + "; ".join(
+                           f"learning rate (and at its nearest trained neighbours) than the baseline near its own, "
+                           f"at " + "; ".join(
                                f"{r.rung} ({r.found_failed}/{r.found_runs} against {r.base_failed}/{r.base_runs})"
                                for r in worse))
     sl = _slope(out.rungs, f, b, draws, level)
@@ -231,8 +232,9 @@ def promotion_gates(rungs: Sequence[Rung], found: Sequence[str], baselines: Sequ
         if g.promoted:
             slope = (f"slope {_fmt(g.slope)} [{_fmt(g.slope_ci[0])}, {_fmt(g.slope_ci[1])}] per decade of {size_unit}"
                      if g.slope_ci is not None else "slope not estimated")
-            g.reason = (f"better at every rung (Holm p = {g.p_holm:.3g}), no more failures within {g.window:g}x of "
-                        f"its learning rate than the baseline at any rung, and the gain does not shrink with size "
+            g.reason = (f"better at every rung (Holm p = {g.p_holm:.3g}), no more failures near its "
+                        f"learning rate (within {g.window:g}x and its nearest trained neighbours) than the baseline "
+                        f"near its own at any rung, and the gain does not shrink with size "
                         f"({slope})")
         else:
             g.reason = "; ".join(g.reasons)

@@ -87,8 +87,8 @@ def test_more_failures_near_its_optimum_than_the_baseline_is_not_promoted():
     (r2,) = [r for r in g.rungs if r.rung == "r2"]
     assert (r2.found_failed, r2.found_runs, r2.base_failed, r2.base_runs) == (2, 12, 0, 12)
     assert r2.found_lrs == (1e-3, 2e-3)
-    assert g.reasons == ["less stable near its optimum: more failed runs within 2x of its own learning rate than the "
-                         "baseline within 2x of its own, at r2 (2/12 against 0/12)"]
+    assert g.reasons == ["less stable near its optimum: more failed runs within 2x of its own learning rate (and at "
+                         "its nearest trained neighbours) than the baseline near its own, at r2 (2/12 against 0/12)"]
 
 
 def test_failures_further_than_2x_from_the_chosen_lr_do_not_block():
