@@ -28,6 +28,9 @@ class LrPoint:
         return self.n_diverged + self.n_stalled
 
 
+RANKED = "COMPLETE"  # the state of a ranked row (a trial that finished with an evaluated run)
+
+
 @dataclass
 class Row:
     rank: int | None  # the hurdle rank (failure rate at the chosen lr, then loss); None: not ranked

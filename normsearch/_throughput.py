@@ -24,8 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from ._rows import Row
-from .ranking import RANKED
+from ._rows import RANKED, Row
 from .records import RunResult
 
 

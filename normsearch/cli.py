@@ -19,14 +19,12 @@ from .cli_support import (
     at_least,
     bench_errors,
     check_new_file,
-    interrupted_code,
     read_only,
-    stop_on_sigterm,
-    setup_logging,
     shared_options,
     storage_option,
     user_errors,
 )
+from .cli_stage import STAGE_OPTIONS, _launch, _stage_parent, _stage_settings
 from .errors import NormsearchError
 
 app = typer.Typer(
@@ -166,41 +164,6 @@ def run(
     _print_report(handle, r.folder)
 
 
-def _launch(job, jobs, devices, verbose: bool) -> None:
-    """Run a job (in this process or on local workers); an interruption is one line and the shell's code."""
-    from .jobs import launch
-    from .search import StudyInterrupted
-
-    stop_on_sigterm()
-    setup_logging(verbose)
-    try:
-        launch(job, jobs, devices, verbose)
-    except (StudyInterrupted, KeyboardInterrupt):
-        typer.echo(f"interrupted: finished {job.kept} are kept; run the same command to resume {job.what}", err=True)
-        raise typer.Exit(interrupted_code()) from None
-
-
-# The options every stage command takes, defined once (cli_support.shared_options).
-STAGE_OPTIONS = (
-    ("study", str, typer.Argument(..., help="A results folder (results/<name>) or the recipe file of a finished "
-                                  "search.")),
-    ("top", Optional[int], typer.Option(None, "--top", help="Found placements, best first (default: the recipe's "
-                                        "confirm: or ladder: section, else 3 to confirm, 2 for a ladder).")),
-    ("seeds", Optional[str], typer.Option(None, "--seeds", help="Fresh seeds per architecture (and rung) (default: "
-                                          "the recipe's section, else 3 to confirm, 2 for a ladder); to confirm, "
-                                          "also auto: as many as the primary contrasts need for confirm.power.")),
-    ("baselines", Optional[str], typer.Option(None, "--baselines", help="Baselines beside them, comma-separated "
-                                              "(default: the search's).")),
-    ("first_seed", Optional[int], typer.Option(None, "--first-seed", help="The first fresh seed (default 1000 to "
-                                               "confirm, 2000 for a ladder).")),
-    ("storage", Optional[str], typer.Option(None, "--storage", help="Optuna storage URL of the study.")),
-    ("study_name", Optional[str], typer.Option(None, "--study-name", help="Study name in that storage.")),
-    ("jobs", Optional[str], typer.Option(None, "--jobs", "-j", help="Local workers (default: as for run).")),
-    ("threads", Optional[int], typer.Option(None, "--train.threads", help="CPU threads per worker.")),
-    ("verbose", bool, typer.Option(False, "--verbose", "-v", help="Show Lightning's and Optuna's own output.")),
-)
-
-
 @app.command()
 @user_errors
 @shared_options(*STAGE_OPTIONS)
@@ -232,34 +195,6 @@ def confirm(
         race = replace(race or RacingConfig(), budget=racing) if racing > 0 else None
     _launch(stage_job("confirm", parent, confirm=cfg, racing=race), shared["jobs"], None, shared["verbose"])
     _print_report(parent, parent.folder)
-
-
-def _stage_settings(shared: dict, auto: bool = False) -> dict:
-    """The settings of a stage given on the command line (top, seeds, first seed, baselines); ``auto``:
-    ``--seeds auto`` is allowed (the confirmation's power analysis)."""
-    from .errors import NormsearchError
-
-    out = {k: shared[k] for k in ("top", "first_seed") if shared[k] is not None}
-    seeds = shared["seeds"]
-    if seeds is not None:
-        if seeds.strip() == "auto" and auto:
-            out["seeds"] = "auto"
-        elif seeds.strip().isdigit():
-            out["seeds"] = int(seeds)
-        else:
-            raise NormsearchError(f"--seeds must be a whole number{' or auto' if auto else ''}, not {seeds!r}")
-    if shared["baselines"] is not None:
-        out["baselines"] = [b.strip() for b in shared["baselines"].split(",") if b.strip()]
-    return out
-
-
-def _stage_parent(study: str, storage: Optional[str], study_name: Optional[str], threads: Optional[int], **_):
-    """The finished search a stage command works on (its recipe with --train.threads applied)."""
-    url = read_only(study, storage)
-    from .jobs import with_threads
-    from .search import open_results
-
-    return with_threads(open_results(study, url, study_name), threads)
 
 
 @app.command()
@@ -485,7 +420,10 @@ def bench_trial(ctx: typer.Context):
     raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
-from . import cli_robustness  # noqa: E402,F401  (registers `normsearch robustness` on the app)
+from . import cli_ablate, cli_robustness  # noqa: E402  (commands of their own modules, registered last)
+
+cli_robustness.register(app)
+cli_ablate.register(app)
 
 
 def main():

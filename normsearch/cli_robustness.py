@@ -8,11 +8,10 @@ from typing import Optional
 
 import typer
 
-from .cli import STAGE_OPTIONS, _launch, _stage_parent, _stage_settings, app
+from .cli_stage import STAGE_OPTIONS, _launch, _stage_parent, _stage_settings
 from .cli_support import shared_options, user_errors
 
 
-@app.command()
 @user_errors
 @shared_options(*STAGE_OPTIONS)
 def robustness(
@@ -63,3 +62,8 @@ def robustness(
     path = write_robustness_report(parent, cfg, out or parent.folder / "robustness", rungs_dir=out)
     typer.echo(f"robustness report: {path} (with robustness.json; each variant's report in "
                f"{out or parent.folder}/robust-<name>/)")
+
+
+def register(app) -> None:
+    """Add ``normsearch robustness`` to the app (:mod:`normsearch.cli` does, after its own commands)."""
+    app.command()(robustness)

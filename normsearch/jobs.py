@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-KINDS = ("run", "confirm", "ladder", "robustness")
+KINDS = ("run", "confirm", "ladder", "robustness", "ablate")
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Job:
     racing: Any = None  # RacingConfig or None (a confirm job)
     ladder: Any = None  # LadderConfig (a ladder job)
     robustness: Any = None  # RobustnessConfig (a robustness job)
+    ablate: Any = None  # AblateConfig, resolved (an ablate job)
 
     # -- words for the user ------------------------------------------------------------------------
 
@@ -51,7 +52,8 @@ class Job:
         """What the same command resumes."""
         name = self.recipe.name
         return {"run": f"study {name!r}", "confirm": f"the confirmation of {name!r}",
-                "ladder": f"the ladder of {name!r}", "robustness": f"the robustness variants of {name!r}"}[self.kind]
+                "ladder": f"the ladder of {name!r}", "robustness": f"the robustness variants of {name!r}",
+                "ablate": f"the ablation of {name!r}"}[self.kind]
 
     # -- the work ----------------------------------------------------------------------------------
 
@@ -80,6 +82,10 @@ class Job:
             from .stages.ladder import open_rungs
 
             open_rungs(parent, self.ladder)
+        elif self.kind == "ablate":
+            from .stages.ablate import open_ablation
+
+            open_ablation(parent, self.ablate)
         else:
             from .stages.robustness import open_variants
 
@@ -106,6 +112,10 @@ class Job:
             from .stages.ladder import run_ladder
 
             run_ladder(parent, self.ladder, display, verbose)
+        elif self.kind == "ablate":
+            from .stages.ablate import run_ablation
+
+            run_ablation(parent, self.ablate, display, verbose)
         else:
             from .stages.robustness import run_robustness
 
@@ -125,13 +135,14 @@ class Job:
                 "confirm": to_mapping(self.confirm) if self.confirm is not None else None,
                 "racing": to_mapping(self.racing) if self.racing is not None else None,
                 "ladder": to_mapping(self.ladder) if self.ladder is not None else None,
-                "robustness": to_mapping(self.robustness) if self.robustness is not None else None}
+                "robustness": to_mapping(self.robustness) if self.robustness is not None else None,
+                "ablate": to_mapping(self.ablate) if self.ablate is not None else None}
 
     @classmethod
     def from_json(cls, d: dict, storage: str | None = None) -> "Job":
         from .config import from_mapping
         from .recipe import ConfirmConfig, RacingConfig, ladder_config, recipe_from_dict
-        from .sections import RobustnessConfig
+        from .sections import AblateConfig, RobustnessConfig
 
         if d.get("kind") not in KINDS:
             raise ValueError(f"not a job: {d.get('kind')!r}")
@@ -141,7 +152,8 @@ class Job:
                   from_mapping(RacingConfig, d["racing"], "racing") if d.get("racing") is not None else None,
                   ladder_config(d["ladder"]) if d.get("ladder") is not None else None,
                   from_mapping(RobustnessConfig, d["robustness"], "robustness") if d.get("robustness") is not None
-                  else None)
+                  else None,
+                  ablate=from_mapping(AblateConfig, d["ablate"], "ablate") if d.get("ablate") is not None else None)
         return job.with_threads(d.get("threads"))
 
 

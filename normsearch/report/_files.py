@@ -136,6 +136,7 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     Optuna importance evaluator (default PED-ANOVA, see :func:`site_importance`). Returns the
     ranking as a :class:`ReportResult`, which also carries the confirmation's ranking and the
     report's path (print it with :func:`normsearch.report.terminal_summary`)."""
+    from ..search import StudyHandle
     from . import _plots as P
 
     out_dir = Path(out_dir)
@@ -172,8 +173,13 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
                              "power": design.get("target_power") if design else None,
                              "rows": [jsonable(r.to_dict()) for r in confirmed[0].ranked]}
     (out_dir / files["json"]).write_text(json.dumps(data, indent=1) + "\n")
+    stages = []
+    if isinstance(handle_or_study, StudyHandle) and P.searched(ranking):
+        from ._ablate import ablation_lines
+
+        stages = ablation_lines(handle_or_study, out_dir)
     (out_dir / "report.md").write_text(report_markdown(ranking, effects, importance, written, files, top,
-                                                       confirmed=confirmed[1] if confirmed else None))
+                                                       confirmed=confirmed[1] if confirmed else None, stages=stages))
     return ReportResult.of(ranking, path=out_dir / "report.md", confirmed=confirmed[0] if confirmed else None,
                            confirm_attrs=confirmed[3] if confirmed else {})
 
