@@ -95,6 +95,13 @@ class Row:
     speedup_at_baseline_loss: float | None = None
     speedup_note: str = ""  # why a speed-up is null
     speedup_against: str = ""  # the best baseline (the best-ranked baseline row)
+    # where the tokens/s of throughput_ratio come from: measured (throughput.json: every architecture timed in one
+    # process, interleaved) or runs (what the runs recorded); noisy: from the runs, and this row's or the baseline's
+    # vary by more than normsearch._throughput.NOISY_CV between runs (no per-second verdict is drawn from it)
+    throughput_source: str = ""
+    throughput_noisy: bool = False
+    throughput_cv: float | None = None  # the coefficient of variation of its chosen cell's runs' tokens/s (2+ runs)
+    measured_tokens_per_s: float | None = None  # throughput.json's median tokens/s, when it holds this architecture
     comparisons: list[Any] = field(default_factory=list)  # normsearch.stats.Comparison, this row vs a baseline
     runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
 

@@ -6,6 +6,12 @@
   and leaves the others out (:func:`compared_precision`; ``normsearch.ranking.rank`` does the leaving).
 - **Throughput ratio.** A row's median training tokens/s over the runs of its chosen cell that trained to
   the end, over the best baseline's (the best-ranked baseline row).
+- **Measured, or from the runs.** With a ``throughput.json`` of the study's shape (``normsearch report STUDY
+  --measure-throughput``: every architecture's training step timed in one process, interleaved;
+  :mod:`normsearch._cost_bench`), the ratio is of its measured tokens/s (``throughput_source: measured``).
+  Without one it is of the runs' (``runs``), and when the runs of the row or of the baseline recorded tokens/s
+  whose coefficient of variation exceeds :data:`NOISY_CV` (a shared machine) the row is ``throughput_noisy``: the
+  ratio is kept, marked, and no per-second verdict is read from it (:func:`per_second_sentences`).
 - **Effective speed-up.** How much more compute the best baseline needs to reach the row's final
   validation loss: the steps at which the baseline's mean validation curve (its successful runs at its
   chosen cell, interpolated linearly in log-steps) first reaches that loss, over the row's own steps
@@ -26,6 +32,8 @@ import statistics
 
 from ._rows import RANKED, Row
 from .records import RunResult
+
+NOISY_CV = 0.10  # runs' tokens/s varying more than this (coefficient of variation): no per-second verdict
 
 
 def compared_precision(rows: list[Row]) -> tuple[str | None, dict[str, int]]:
@@ -56,9 +64,19 @@ def chosen_runs(row: Row, successful: bool = True) -> list[RunResult]:
     return [r for r in cell if r.finished]
 
 
+def _recorded(row: Row) -> list[float]:
+    return [float(r.tokens_per_s) for r in chosen_runs(row, successful=False) if r.tokens_per_s]
+
+
 def median_tokens_per_s(row: Row) -> float | None:
-    values = [float(r.tokens_per_s) for r in chosen_runs(row, successful=False) if r.tokens_per_s]
+    values = _recorded(row)
     return statistics.median(values) if values else None
+
+
+def tokens_per_s_cv(row: Row) -> float | None:
+    """The coefficient of variation of the tokens/s the runs of ``row``'s chosen cell recorded (None: < 2)."""
+    values = _recorded(row)
+    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else None
 
 
 def mean_curve(runs: list[RunResult]) -> list[tuple[int, float]]:
@@ -105,29 +123,43 @@ def best_baseline(rows: list[Row]) -> Row | None:
     return min(bases, key=lambda r: r.rank) if bases else None
 
 
-def add_speedups(rows: list[Row]) -> Row | None:
-    """Fill in every row's ``throughput_ratio``, ``step_speedup``, ``effective_speedup`` (and its bound and
-    note) against the best baseline, which it returns (None: no ranked baseline, every value null)."""
+def add_speedups(rows: list[Row], measured: dict[str, float] | None = None) -> Row | None:
+    """Fill in every row's ``throughput_ratio`` (its source and whether it is noisy), ``step_speedup``,
+    ``effective_speedup`` (and its bound and note) against the best baseline, which it returns (None: no ranked
+    baseline, every value null). ``measured``: arch_id -> tokens/s from ``throughput.json``, used for a row when
+    it holds both the row and the baseline."""
     base = best_baseline(rows)
+    measured = measured or {}
     for r in rows:
         r.throughput_ratio = r.step_speedup = r.effective_speedup = r.speedup_at_baseline_loss = None
         r.speedup_lower_bound, r.speedup_note, r.speedup_against = False, "", base.label if base else ""
+        r.throughput_cv, r.measured_tokens_per_s = tokens_per_s_cv(r), measured.get(r.arch_id)
+        r.throughput_source, r.throughput_noisy = "", False
     if base is None:
         for r in rows:
             r.speedup_note = "no ranked baseline to compare with"
         return None
-    base_tps = median_tokens_per_s(base)
     curve = mean_curve(chosen_runs(base))
     base_end = final_point(chosen_runs(base))
     for r in rows:
-        _speedup(r, base, base_tps, curve, base_end)
+        _speedup(r, base, curve, base_end)
     return base
 
 
-def _speedup(r: Row, base: Row, base_tps: float | None, curve: list[tuple[int, float]],
-             base_end: tuple[float, float] | None) -> None:
-    tps = median_tokens_per_s(r)
+def _ratio(r: Row, base: Row) -> None:
+    """``r.throughput_ratio`` against ``base``: measured when both were, else from the runs (noisy or not)."""
+    if r.measured_tokens_per_s and base.measured_tokens_per_s:
+        r.throughput_ratio, r.throughput_source = r.measured_tokens_per_s / base.measured_tokens_per_s, "measured"
+        return
+    tps, base_tps = median_tokens_per_s(r), median_tokens_per_s(base)
     r.throughput_ratio = tps / base_tps if tps and base_tps else None
+    if r.throughput_ratio is not None:
+        r.throughput_source = "runs"
+        r.throughput_noisy = r is not base and max(r.throughput_cv or 0.0, base.throughput_cv or 0.0) > NOISY_CV
+
+
+def _speedup(r: Row, base: Row, curve: list[tuple[int, float]], base_end: tuple[float, float] | None) -> None:
+    _ratio(r, base)
     end = final_point(chosen_runs(r)) if r.rank is not None else None
     if end is None:
         r.speedup_note = "not ranked" if r.rank is None else "no successful run at its chosen cell"
@@ -161,10 +193,11 @@ def per_second_sentences(rows: list[Row]) -> list[str]:
     """One sentence per row whose verdict per step and per second differ against the best baseline: ahead per
     step (the baseline's curve never reaches its loss, or reaches it late) but behind per second (it reaches the
     baseline's final loss later in compute: ``speedup_at_baseline_loss`` < 1, or an exact effective speed-up
-    < 1), or possibly behind (only a bound below 1 to go by); or behind per step but ahead per second."""
+    < 1), or possibly behind (only a bound below 1 to go by); or behind per step but ahead per second. None for a
+    row whose ratio is ``throughput_noisy`` (:func:`noisy_notice` says why instead)."""
     out = []
     for r in rows:
-        if r.label == r.speedup_against or r.step_speedup is None or r.throughput_ratio is None:
+        if r.label == r.speedup_against or r.step_speedup is None or r.throughput_ratio is None or r.throughput_noisy:
             continue
         base, ratio, eff = r.speedup_against, r.throughput_ratio, r.effective_speedup
         at_base = r.speedup_at_baseline_loss
@@ -180,3 +213,14 @@ def per_second_sentences(rows: list[Row]) -> list[str]:
             out.append(f"{r.label} is behind per step but {ratio:.2f}x the tokens/s of {base}: per second it is "
                        f"ahead (effective speed-up {eff:.2f}x)")
     return out
+
+
+def noisy_notice(rows: list[Row]) -> str:
+    """The line that replaces the per-second verdicts of rows whose ratio is ``throughput_noisy`` ('' when none
+    is): how much the runs' tokens/s vary within an architecture, and how to measure them instead."""
+    if not any(r.throughput_noisy for r in rows):
+        return ""
+    worst = max((r.throughput_cv for r in rows if r.throughput_source == "runs" and r.throughput_cv), default=0.0)
+    return (f"Training throughput recorded by the runs varies by up to {worst:.0%} within an architecture (a shared "
+            f"machine): no per-second verdict from it; `normsearch report STUDY --measure-throughput` measures every "
+            f"architecture interleaved in one process.")

@@ -331,6 +331,9 @@ def report(
                                        "(default: the study's results folder). It must be new, empty, or hold "
                                        "an earlier report."),
     overwrite: bool = typer.Option(False, help="Write into an --out folder that holds other files."),
+    measure_throughput: bool = typer.Option(False, "--measure-throughput", help="First time every ranked "
+                                            "architecture's training step, interleaved in one process, into the "
+                                            "study's throughput.json: the tokens/s ratios then come from it."),
     **shared,
 ):
     """Rank the architectures of a study against the baselines and write the report."""
@@ -341,6 +344,11 @@ def report(
     from .ranking import DEFAULT_AGAINST
 
     handle = _read_study(**shared)
+    if measure_throughput:
+        from ._cost_bench import measure_study
+        from .ranking import rank
+
+        typer.echo(f"wrote {measure_study(handle, rank(handle, against=[]), echo=typer.echo)}")
     _print_report(handle, out or handle.folder, [*DEFAULT_AGAINST, *against], overwrite=overwrite or out is None,
                   required_against=against)
 

@@ -17,7 +17,8 @@ and marked. The statistics are :mod:`normsearch.stats`' (rules and thresholds in
   chose differently on different machines), only the precision most of its runs used is compared, the
   others counted as left out (:func:`normsearch._throughput.compared_precision`);
 - every row's tokens/s and effective speed-up against the best baseline: what its norms cost
-  (:mod:`normsearch._throughput`);
+  (:mod:`normsearch._throughput`), from the study's ``throughput.json`` when it has one of its shape
+  (:mod:`normsearch._cost_bench`), else from the runs' recordings;
 - every comparison with a baseline is one family: ``better``/``worse`` under Holm, ``equivalent``
   only when two one-sided tests pass within ``report.margin``, else ``undecided`` with the seeds that
   would resolve it; P(best), rank intervals and P(a < b) come from per-architecture posterior draws.
@@ -93,6 +94,7 @@ class Judgement:
     precision: str | None = None  # the one precision whose runs are compared (None: no runs)
     precisions: dict[str, int] = field(default_factory=dict)  # every precision -> its evaluated runs
     precision_excluded: int = 0  # runs left out for being of another precision
+    throughput: dict = field(default_factory=dict)  # the meta of the throughput.json the ratios used ({}: the runs')
 
 
 @dataclass
@@ -144,7 +146,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     baselines; any finished row's label works; others go to ``missing_against``). ``required_against``:
     more, that the user named: one no trial has is an error (:func:`check_against`). ``margin``/``alpha``:
     the recipe's ``report`` section unless given. ``objective``: what the sampler optimised (default: the study's)."""
-    study, recipe = _as_study(study)
+    study, recipe, folder = _as_study(study)
     objective = objective or recipe.search.objective
     if objective not in ("mean", "robust"):
         raise ValueError(f"objective must be mean or robust, not {objective!r}")
@@ -167,6 +169,7 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
             if hasattr(dist, "choices"):
                 choices.setdefault(name, list(dist.choices))
 
+    from ._cost_bench import read_measurement, study_key
     from ._throughput import add_speedups, compared_precision
 
     rows = [_row(arch, ts, n_layers) for arch, ts in groups.items()]
@@ -177,7 +180,9 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     judgement = _judge(rows, against, recipe, margin, alpha)
     judgement.precision, judgement.precisions = precision, precisions
     judgement.precision_excluded = sum(r.n_other_precision for r in rows)
-    add_speedups(rows)
+    measured = read_measurement(folder, study_key(recipe, precision), STAGE_SEP in study.study_name)
+    add_speedups(rows, {k: m.tokens_per_s for k, m in measured[0].items()} if measured else None)
+    judgement.throughput = measured[1] if measured and any(r.throughput_source == "measured" for r in rows) else {}
     if _raced(study):  # racing chose where to add seeds from the results: no verdict of it is confirmatory
         for r in rows:
             for c in r.comparisons:
@@ -414,12 +419,12 @@ def _join(values) -> str:
 
 
 def _as_study(study):
-    """(optuna study, typed recipe) from a handle, a study or a results folder."""
+    """(optuna study, typed recipe, results folder or None) from a handle, a study or a results folder."""
     from .search import StudyHandle, open_results, recipe_of
 
     if isinstance(study, StudyHandle):
-        return study.study, study.recipe
+        return study.study, study.recipe, study.folder
     if hasattr(study, "get_trials"):
-        return study, recipe_of(study)
+        return study, recipe_of(study), None
     handle = open_results(study)
-    return handle.study, handle.recipe
+    return handle.study, handle.recipe, handle.folder

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import test_ranking
-from test_ranking import ARCHS, INIT, build_study
+from test_ranking import ARCHS, INIT, L, build_study, placement_of
 
 from normsearch._throughput import compared_precision, mean_curve, steps_to_reach
 from normsearch.ranking import OTHER_PRECISION, rank
@@ -186,3 +186,113 @@ def test_one_precision_changes_nothing_and_a_tie_goes_to_fp32():
         r.precision = "bf16-mixed"
     assert compared_precision([peri, pre]) == ("32-true", {"32-true": 6, "bf16-mixed": 6})
     assert compared_precision([pre]) == ("bf16-mixed", {"bf16-mixed": 6})
+
+
+# --------------------------------------------------------------------------------------------------
+# tokens/s measured interleaved in one process (throughput.json), and runs too noisy to read a verdict from
+
+
+def handle_of(study, folder):
+    from normsearch.search import StudyHandle, recipe_of
+
+    return StudyHandle(recipe_of(study), study, "", folder)
+
+
+def test_the_interleaved_measurement_of_two_tiny_architectures(tmp_path):
+    from normsearch._cost_bench import measure_archs, read_measurement, shape_key, write_measurement
+    from normsearch.config import ModelConfig
+
+    model = ModelConfig(n_layers=2, d_model=32, n_heads=2, context_length=16, vocab_size=256)
+    said = []
+    measured = measure_archs({"a": "pre_ln", "b": "peri_ln"}, model, 4, warmup=1, rounds=3, steps=2, echo=said.append)
+    assert "2 architecture(s) interleaved: 3 round(s) of 2 step(s) each (12 timed steps" in said[0]
+    for m in measured.values():
+        assert m.tokens_per_s > 0 and len(m.rounds) == 3 and m.q1 <= m.tokens_per_s <= m.q3
+        assert m.tokens_per_s == sorted(m.rounds)[1] and m.spread >= 0
+    key = shape_key(model, 4, 1, "32-true")
+    write_measurement(tmp_path, measured, {"key": key, "cpu": "here"})
+    data = json.loads((tmp_path / "throughput.json").read_text())
+    assert data["archs"]["a"]["spread"] == pytest.approx(measured["a"].spread)
+    back, meta = read_measurement(tmp_path, key)
+    assert back == measured and meta["cpu"] == "here"
+    assert read_measurement(tmp_path, shape_key(model, 8, 1, "32-true")) is None  # another batch: ignored
+    assert read_measurement(tmp_path, shape_key(model, 4, 1, "bf16-mixed")) is None  # another precision
+    # a stage (the confirmation in <folder>/confirm) reads its study's measurement
+    assert read_measurement(tmp_path / "confirm", key, stage=True) is not None
+    assert read_measurement(tmp_path / "confirm", key) is None
+
+
+def test_measure_study_times_every_ranked_architecture_into_the_results_folder(tmp_path):
+    from normsearch._cost_bench import FILE, measure_study
+
+    handle = handle_of(build_study(only=["pre_ln", "peri_ln"]), tmp_path)
+    path = measure_study(handle, rank(handle, against=[]), warmup=1, rounds=2, steps=1)
+    data = json.loads(path.read_text())
+    assert path == tmp_path / FILE and {a["label"] for a in data["archs"].values()} == {"pre_ln", "peri_ln"}
+    meta = data["meta"]
+    assert meta["threads"] == 1 and meta["precision"] == "32-true" and meta["batch"] == [4, 16]
+    assert meta["key"]["d_model"] == 32 and meta["key"]["batch_size"] == 4 and meta["cpu"] and meta["torch"]
+    assert (meta["rounds"], meta["steps"], meta["study"]) == (2, 1, "synth")
+
+
+def noisy_t3(label, run):  # t3's runs recorded 800, 1100 and 1400 tokens/s (coefficient of variation 27%)
+    if label == "t3":
+        run["tokens_per_s"] = 800.0 + 300 * run["seed"]
+
+
+def test_noisy_recorded_tokens_per_s_give_no_per_second_verdict(monkeypatch, tmp_path):
+    patched(monkeypatch, noisy_t3)
+    result = rank(build_study(only=["pre_ln", "peri_ln", "t3", "t4"]))
+    md, data, by_label = written(result, tmp_path)
+    t3, t4 = result.row("t3"), result.row("t4")
+    assert t3.throughput_source == "runs" and t3.throughput_noisy and t3.throughput_cv == pytest.approx(0.2727, abs=1e-3)
+    assert t3.throughput_ratio == pytest.approx(1100 / 1100) and t3.effective_speedup is not None  # kept, marked
+    assert not t4.throughput_noisy and not result.row("peri_ln").throughput_noisy
+    assert "t3 is ahead per step" not in md  # no verdict from noise ...
+    assert "t4 is behind per step but 1.27x the tokens/s of peri_ln: per second it is ahead" in md  # ... t4's stands
+    assert ("Training throughput recorded by the runs varies by up to 27% within an architecture (a shared machine): "
+            "no per-second verdict from it; `normsearch report STUDY --measure-throughput` measures every "
+            "architecture interleaved in one process.") in md
+    line = next(x for x in md.splitlines() if x.startswith("| ") and "| t3 |" in x)
+    assert "| 1.00x~ |" in line and f"| >= {t3.effective_speedup:.2f}x~ |" in line
+    assert "a trailing `~`" in md and "more than 10% (coefficient of variation)" in md
+    rows = {r["label"]: r for r in data["rows"]}
+    assert rows["t3"]["throughput_noisy"] is True and rows["t3"]["throughput_source"] == "runs"
+    assert by_label["t3"]["throughput_noisy"] == "True" and by_label["t4"]["throughput_noisy"] == "False"
+
+
+def store(folder, recipe, tokens_per_s, **key):
+    from normsearch._cost_bench import Measured, study_key, write_measurement
+
+    meta = {"key": study_key(recipe, "32-true") | key, "cpu": "a test CPU", "device": "cpu", "threads": 1,
+            "torch": "x", "precision": "32-true", "date": "2025-01-02T03:04:05", "rounds": 10, "steps": 5}
+    archs = {placement_of(k).arch_id(L): Measured(v, v * 0.98, v * 1.02, [v] * 10, k) for k, v in tokens_per_s.items()}
+    write_measurement(folder, archs, meta)
+
+
+def test_a_measurement_replaces_the_noisy_recordings(monkeypatch, tmp_path):
+    patched(monkeypatch, noisy_t3)
+    handle = handle_of(build_study(only=["pre_ln", "peri_ln", "t3", "t4"]), tmp_path)
+    store(tmp_path, handle.recipe, {"pre_ln": 1000.0, "peri_ln": 1000.0, "t3": 800.0})
+    result = rank(handle)
+    md, data, _ = written(result, tmp_path)
+    t3, t4 = result.row("t3"), result.row("t4")
+    assert t3.throughput_source == "measured" and not t3.throughput_noisy and t3.throughput_ratio == pytest.approx(0.8)
+    assert t3.measured_tokens_per_s == 800.0 and t3.throughput_cv == pytest.approx(0.2727, abs=1e-3)
+    assert t4.throughput_source == "runs" and t4.measured_tokens_per_s is None  # not measured: its runs' ratio
+    assert t3.speedup_at_baseline_loss < 1
+    assert ("t3 is ahead per step but 0.80x the tokens/s of peri_ln: per second it is behind (effective speed-up "
+            f"{t3.speedup_at_baseline_loss:.2f}x at peri_ln's final loss, >= {t3.effective_speedup:.2f}x at its own)") in md
+    assert "Tokens/s measured by `normsearch report --measure-throughput` on 2025-01-02 (a test CPU, 1 thread(s)" in md
+    assert "the interquartile range of an architecture's rounds is 4% to 4% of its median" in md
+    assert "Training throughput recorded by the runs varies" not in md
+    assert data["judgement"]["throughput"]["cpu"] == "a test CPU"
+
+
+def test_a_measurement_of_another_shape_is_ignored(monkeypatch, tmp_path):
+    patched(monkeypatch, noisy_t3)
+    handle = handle_of(build_study(only=["pre_ln", "peri_ln", "t3"]), tmp_path)
+    store(tmp_path, handle.recipe, {"pre_ln": 1000.0, "peri_ln": 1000.0, "t3": 800.0}, batch_size=64)
+    result = rank(handle)
+    assert {r.throughput_source for r in result.rows} == {"runs"} and result.row("t3").throughput_noisy
+    assert result.judgement.throughput == {} and result.row("t3").measured_tokens_per_s is None

@@ -26,11 +26,22 @@ def score_text(r: Row) -> str:
     return num(r.score_mean) + ci
 
 
+def _noisy(r: Row) -> str:
+    """'~' after a cell read from tokens/s the runs recorded too unevenly (``throughput_noisy``)."""
+    return "~" if getattr(r, "throughput_noisy", False) else ""
+
+
 def speedup_text(r: Row) -> str:
-    """The effective speed-up against the best baseline: '1.25x', '>= 1.10x' (a lower bound) or '-'."""
+    """The effective speed-up against the best baseline: '1.25x', '>= 1.10x' (a lower bound) or '-'; a trailing
+    '~' when its tokens/s ratio is noisy."""
     if r.effective_speedup is None:
         return "-"
-    return (">= " if r.speedup_lower_bound else "") + f"{r.effective_speedup:.2f}x"
+    return (">= " if r.speedup_lower_bound else "") + f"{r.effective_speedup:.2f}x" + _noisy(r)
+
+
+def ratio_text(r: Row) -> str:
+    """The tokens/s ratio against the best baseline: '0.97x', '1.40x~' (noisy) or '-'."""
+    return "-" if r.throughput_ratio is None else f"{r.throughput_ratio:.2f}x" + _noisy(r)
 
 
 def _control(r: Row) -> bool:
@@ -114,14 +125,17 @@ COLUMNS: tuple[Column, ...] = (
     _attr("n_params", "params", text=lambda r: f"{r.n_params:,}", right=True),
     _attr("n_norm_params"),
     _attr("tokens_per_s", "tokens/s", "tok/s", text=lambda r: f"{r.tokens_per_s:,.0f}", right=True),
-    _attr("throughput_ratio", "tokens/s vs best baseline", "tok/s x", text=lambda r: num(r.throughput_ratio, "{:.2f}x"),
-          right=True),
+    _attr("throughput_ratio", "tokens/s vs best baseline", "tok/s x", text=ratio_text, right=True),
     _attr("effective_speedup", "effective speed-up", "speed-up", text=speedup_text, right=True),
     _attr("step_speedup"),
     _attr("speedup_lower_bound"),
     _attr("speedup_at_baseline_loss"),
     _attr("speedup_against"),
     _attr("speedup_note"),
+    _attr("throughput_source"),
+    _attr("throughput_noisy"),
+    _attr("throughput_cv"),
+    _attr("measured_tokens_per_s"),
     _attr("wall_time"),
     Column("kernels", "kernels", text=kernels_text),
     _attr("triton_version"),

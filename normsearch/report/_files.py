@@ -18,8 +18,9 @@ from ._columns import COMPARISON_FIELDS, CSV, UNIT
 from ._markdown import report_markdown
 
 REPORT_FILES = ("report.md", "ranking.csv", "ranking.json")
-# what a results folder holds besides the report (written by `normsearch run`)
-STUDY_FILES = ("recipe.yaml", "study.db", "runs", "checkpoints")
+# what a results folder holds besides the report (written by `normsearch run`; throughput.json by
+# `normsearch report --measure-throughput`)
+STUDY_FILES = ("recipe.yaml", "study.db", "runs", "checkpoints", "throughput.json")
 
 
 @dataclass

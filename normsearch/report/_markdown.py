@@ -179,23 +179,36 @@ def _table(ranking: Ranking) -> list[str]:
               "- **params**: parameters of the model; **tokens/s**: training throughput (mean over runs that did not "
               "diverge); **kernels**: the norm implementation (torch, or fused Triton kernels with their version); "
               "**arch_id**: the network's identity (a hash of where every norm sits).",
-              "- **tokens/s vs best baseline**: the median tokens/s of the runs at the chosen cell over the best "
-              "baseline's; **effective speed-up**: how much more compute the best baseline needs to reach this "
-              "row's final validation loss (steps read off its mean validation curve, over this row's steps, times "
-              "the tokens/s ratio); `>=` marks a lower bound, where the baseline never reached that loss "
-              "(`docs/statistics.md` §13).", ""]
+              "- **tokens/s vs best baseline**: the row's training tokens/s over the best baseline's, measured with "
+              "every architecture interleaved in one process where the study has a `throughput.json` (`normsearch "
+              "report --measure-throughput`), else the median of the runs at the chosen cell; **effective "
+              "speed-up**: how much more compute the best baseline needs to reach this row's final validation loss "
+              "(steps read off its mean validation curve, over this row's steps, times the tokens/s ratio); `>=` "
+              "marks a lower bound, where the baseline never reached that loss; a trailing `~`: read from runs whose "
+              "recorded tokens/s (this row's or the baseline's) vary by more than 10% (coefficient of variation), "
+              "a shared machine's noise rather than what the norms cost (`docs/statistics.md` §13).", ""]
     return lines + _cost_lines(ranking)
 
 
 def _cost_lines(ranking: Ranking) -> list[str]:
     """Where a placement's verdict per step and per second differ (what its norms cost in throughput)."""
-    from .._throughput import per_second_sentences
+    from .._throughput import noisy_notice, per_second_sentences
 
     base = next((r.speedup_against for r in ranking.rows if r.speedup_against), "")
-    sentences = per_second_sentences(ranking.rows)
-    if not base or not sentences:
-        return []
-    return [f"Per step and per second against {base}, the best baseline: " + "; ".join(sentences) + ".", ""]
+    sentences = per_second_sentences(ranking.rows) if base else []
+    m = ranking.judgement.throughput
+    lines = []
+    if m:
+        lo, hi = m.get("spread_range") or (0.0, 0.0)
+        lines += [f"Tokens/s measured by `normsearch report --measure-throughput` on {m.get('date', '?')[:10]} "
+                  f"({m.get('device') if m.get('device') != 'cpu' else m.get('cpu')}, {m.get('threads')} thread(s), "
+                  f"torch {m.get('torch')}, {m.get('precision')}): every architecture's training step in one process, "
+                  f"interleaved, the median of {m.get('rounds')} rounds of {m.get('steps')} steps (`throughput.json`); "
+                  f"the interquartile range of an architecture's rounds is {lo:.0%} to {hi:.0%} of its median.", ""]
+    if sentences:
+        lines += [f"Per step and per second against {base}, the best baseline: " + "; ".join(sentences) + ".", ""]
+    notice = noisy_notice(ranking.rows)
+    return lines + ([notice, ""] if notice else [])
 
 
 def _param_text(name: str) -> str:

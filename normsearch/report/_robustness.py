@@ -60,7 +60,8 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
                       "failure_rate": r.failure_rate, "lr": r.best_lr, "lrs": sorted(r.per_lr),
                       "init": r.init, "n_params": r.n_params, "tokens_per_s": r.tokens_per_s,
                       "precision": r.precision, "throughput_ratio": getattr(r, "throughput_ratio", None),
-                      "effective_speedup": getattr(r, "effective_speedup", None)} for r in ranking.rows],
+                      "effective_speedup": getattr(r, "effective_speedup", None),
+                      "throughput_noisy": getattr(r, "throughput_noisy", False)} for r in ranking.rows],
         })
     lengths = {v["name"]: v["steps_factor"] for v in listed if v["steps_factor"] is not None}
     pairs = [(a, b) for a in found for b in bases]
@@ -144,11 +145,13 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
         lines += ["", "## What it costs", "",
                   "Training tokens/s relative to the best baseline of the variant, and the effective speed-up (the "
                   "compute the best baseline needs to reach the architecture's loss, per unit of the architecture's, "
-                  "read from the baseline's validation curve, times the throughput ratio).", "",
+                  "read from the baseline's validation curve, times the throughput ratio); `~`: from runs whose "
+                  "recorded tokens/s vary by more than 10% (a shared machine), no per-second verdict.", "",
                   "| variant | architecture | tokens/s ratio | effective speed-up |", "|---|---|---|---|"]
         for name, r in cost:
-            lines.append(f"| {name} | {r['label']} | {_f(r['throughput_ratio'], 2, False)} | "
-                         f"{_speedup(r['effective_speedup'])} |")
+            mark = "~" if r.get("throughput_noisy") else ""
+            lines.append(f"| {name} | {r['label']} | {_f(r['throughput_ratio'], 2, False)}{mark} | "
+                         f"{_speedup(r['effective_speedup'])}{mark if r['effective_speedup'] is not None else ''} |")
     return "\n".join(lines) + "\n"
 
 
