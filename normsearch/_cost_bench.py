@@ -18,7 +18,6 @@ moments at once). Torch is imported only when measuring.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
@@ -72,8 +71,8 @@ def measure_archs(placements: dict[str, object], model, batch_size: int, *, thre
     ``steps`` steps of every placement in turn (round i starts at the i-th). ``kernels``: key -> torch or triton
     (default torch). ``echo``: told the plan and its estimated time after the warm-up."""
     import torch
-    import torch.nn.functional as F
 
+    from ._precision import train_step
     from .model import build_model
 
     if not placements:
@@ -94,14 +93,7 @@ def measure_archs(placements: dict[str, object], model, batch_size: int, *, thre
             x, y = data[:, :-1], data[:, 1:].reshape(-1)
 
             def step(k: str) -> None:
-                cast = torch.autocast(dev.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-                with cast:
-                    logits = nets[k](x)
-                    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(nets[k].parameters(), 1.0)
-                opts[k].step()
-                opts[k].zero_grad(set_to_none=True)
+                train_step(nets[k], opts[k], x, y, torch.autocast(dev.type, dtype=dtype) if dtype is not None else None)
 
             def sync() -> None:
                 if dev.type == "cuda":

@@ -172,13 +172,27 @@ def _measured(model, batch_size: int) -> PrecisionChoice:
     return decide(fp32, bf16)
 
 
+def train_step(net, opt, x, y, cast=None) -> None:
+    """One training step as a run takes it (forward under ``cast``, an autocast context or None,
+    cross-entropy, backward, clipping at 1, the optimizer's step): what the measurements time."""
+    import torch
+    import torch.nn.functional as F
+
+    with cast if cast is not None else contextlib.nullcontext():
+        logits = net(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def measure(model, batch_size: int, rounds: int = ROUNDS, round_s: float = ROUND_S) -> tuple[float, float | None]:
     """Training tokens/s of ``model`` (a ModelConfig) at ``batch_size`` in fp32 and under bf16 autocast
     (None when bf16 fails here): forward, backward, clipping and AdamW on a throwaway model of
     :data:`REFERENCE`, the two precisions' rounds interleaved, the fastest round of each. Torch's random
     state is as it was afterwards."""
     import torch
-    import torch.nn.functional as F
 
     from .model import build_model
 
@@ -192,14 +206,7 @@ def measure(model, batch_size: int, rounds: int = ROUNDS, round_s: float = ROUND
         x, y = data[:, :-1], data[:, 1:].reshape(-1)
 
         def step(k: str) -> None:
-            cast = torch.autocast("cpu", dtype=torch.bfloat16) if k == "bf16" else contextlib.nullcontext()
-            with cast:
-                logits = nets[k](x)
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(nets[k].parameters(), 1.0)
-            opts[k].step()
-            opts[k].zero_grad(set_to_none=True)
+            train_step(nets[k], opts[k], x, y, torch.autocast("cpu", dtype=torch.bfloat16) if k == "bf16" else None)
 
         def timed(k: str, n: int) -> float:
             t = time.perf_counter()

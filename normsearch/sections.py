@@ -355,6 +355,7 @@ class ReportConfig:
 
     margin: float = 0.02  # bits/byte: "equivalent" means both one-sided tests pass within +-margin
     alpha: float = 0.05  # familywise error of the claims (Holm) and level of the intervals
+    plots: bool = True  # draw the PNG plots (false: tables and numbers alone, a second or more saved a plot)
 
     def __post_init__(self):
         if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and self.margin > 0):

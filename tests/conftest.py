@@ -113,7 +113,7 @@ def tiny_study(tmp_path_factory):
     from tiny import LEARNING, write_tiny_recipe
 
     folder = tmp_path_factory.mktemp("tiny-study")  # runs that learn: chosen cells and kept weights to export
-    handle = run_study(load_recipe(write_tiny_recipe(folder, name="shared", trials=2, **LEARNING)))
+    handle = run_study(load_recipe(write_tiny_recipe(folder, name="shared", trials=2, plots=True, **LEARNING)))
     return handle.folder
 
 

@@ -152,7 +152,10 @@ def write_report(handle_or_study, out_dir: Path, against=DEFAULT_AGAINST, object
     written: dict[str, str] = {}
     label = importance.evaluator + (f" (target_quantile={importance.target_quantile:g})"
                                     if importance.target_quantile else "")
-    for name, fig in P.all_figures(ranking, effects, importance.importances, label, top).items():
+    recipe = getattr(ranking, "recipe", None)
+    drawn = P.all_figures(ranking, effects, importance.importances, label, top) if recipe is None or \
+        recipe.report.plots else {}
+    for name, fig in drawn.items():
         P.save(fig, out_dir / f"{name}.png")
         written[name] = f"{name}.png"
     for stale in previous - set(written.values()):  # a plot this report's earlier run drew that has no data now

@@ -154,3 +154,17 @@ def test_a_second_report_replaces_its_own_plots_and_removes_stale_ones(tmp_path,
     assert not (out / "importance.png").exists()  # not drawn this time: the earlier one is gone
     assert (out / "loss_curves.png").is_file()
     assert "importance" not in json.loads((out / "ranking.json").read_text())["plots"]
+
+
+def test_report_plots_false_writes_the_report_without_drawing(tiny_study, tmp_path):
+    """report.plots: false (a recipe's choice, kept with the study): report.md, the CSV and the JSON, no PNG."""
+    from dataclasses import replace
+
+    from normsearch.search import open_results
+
+    handle = open_results(tiny_study)
+    handle.recipe = replace(handle.recipe, report=replace(handle.recipe.report, plots=False))
+    write_report(handle, tmp_path / "out")
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"report.md", "ranking.csv", "ranking.json"} <= written and not any(n.endswith(".png") for n in written)
+    assert ".png" not in (tmp_path / "out" / "report.md").read_text()

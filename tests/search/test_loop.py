@@ -202,9 +202,13 @@ def test_validate_every_shipped_recipe(recipe):
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_shipped_recipe_runs_at_a_tiny_size(recipe, tmp_path):
+def test_every_shipped_recipe_runs_at_a_tiny_size(recipe, tmp_path, monkeypatch):
     """Each recipe end to end, shrunk: its baselines (and one searched placement) train, the report is
-    written and the ranked table printed."""
+    written and the ranked table printed. The report's plots are tests/report's business: drawing a
+    dozen figures per recipe (about 8 s each time) is left out here."""
+    from normsearch.report import _plots
+
+    monkeypatch.setattr(_plots, "all_figures", lambda *a, **k: {})
     loaded = load_recipe(recipe)
     searched = ["--search.trials", "1"] if loaded.space is not None else []
     confirmed = ["--confirm.seeds", "2", "--confirm.test_bytes", "5000"] if loaded.confirm is not None else []
@@ -238,6 +242,7 @@ BAD = [
     ("space: sites.yaml\ndata: {corpus: text}\n", "needs data.path"),
     ("space: {sites: {attn_in: [none, norm]}, depth: {ranges: [[0, 0.5], [0.6, 1]]}}\n", "without gaps"),
     ("model: [1, 2]\nspace: sites.yaml\n", "model: expected a mapping"),
+    ("report: {plots: maybe}\nspace: sites.yaml\n", "report.plots must be true/false"),
     ("model: {n_layers: 2\n", "not valid YAML"),
 ]
 

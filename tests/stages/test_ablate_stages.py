@@ -22,7 +22,7 @@ from normsearch.spec import Placement
 from normsearch.stages import A_STAGE, find_stage, stage_names
 from normsearch.stages._ablate_design import Side, changes, combinations, differing, mix, single_changes
 
-from tiny import LEARNING, write_tiny_recipe
+from tiny import learned_study, skip_plots, write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 V1 = ROOT / "tests" / "fixtures" / "study_v1" / "results" / "v1"  # pre_ln, post_ln, t3 (ai ao fi | fin), t5
@@ -144,21 +144,12 @@ def test_bad_input_gets_one_line_and_exit_code_2(v1, args, message):
 # A trained tiny study
 
 
-def _skip_plots(mp):
-    from normsearch.report import _plots
-
-    mp.setattr(_plots, "all_figures", lambda *a, **k: {})
+_skip_plots = skip_plots
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ablate")
-    recipe = write_tiny_recipe(folder, "abl", trials=1, **LEARNING)
-    with pytest.MonkeyPatch.context() as mp:
-        _skip_plots(mp)
-        result = runner.invoke(app, ["run", str(recipe), "--train.seeds", "[0]"])
-    assert result.exit_code == 0, result.output
-    return folder / "results" / "abl"
+    return learned_study(tmp_path_factory.mktemp("ablate"), "abl")
 
 
 def _files(folder: Path) -> dict[Path, tuple[float, int]]:

@@ -20,27 +20,18 @@ from normsearch.stages import A_STAGE, find_stage
 from normsearch.stages.robustness import VARIANTS, overrides_of, variant_recipe
 from normsearch.sections import RobustnessConfig
 
-from tiny import LEARNING, write_tiny_recipe
+from tiny import LEARNING, learned_study, skip_plots, write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
-def _skip_plots(mp):
-    from normsearch.report import _plots
-
-    mp.setattr(_plots, "all_figures", lambda *a, **k: {})
+_skip_plots = skip_plots
 
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("robust")
-    recipe = write_tiny_recipe(folder, "rob", trials=1, **LEARNING)
-    with pytest.MonkeyPatch.context() as mp:
-        _skip_plots(mp)
-        result = runner.invoke(app, ["run", str(recipe), "--train.seeds", "[0]"])
-    assert result.exit_code == 0, result.output
-    return folder / "results" / "rob"
+    return learned_study(tmp_path_factory.mktemp("robust"), "rob")
 
 
 def _runs(folder: Path) -> dict[Path, float]:
