@@ -52,3 +52,40 @@ def learned_study(folder, name):
         result = CliRunner().invoke(app, ["run", str(recipe), "--train.seeds", "[0]"])
     assert result.exit_code == 0, result.output
     return folder / "results" / name
+
+
+def killed_then_resumed(args, runs_of, at_least=3, timeout=240):
+    """Start the command ``args`` (``normsearch`` arguments) in a session of its own, ``kill -9`` its process
+    group once ``runs_of()`` (run file -> mtime) has ``at_least`` files, then run the same command again in
+    this process (plots left out): it must finish, and no run finished before the kill is trained again.
+    Returns the run files after the resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from normsearch.cli import app
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(root)}
+    p = subprocess.Popen([sys.executable, "-m", "normsearch", *map(str, args)], cwd=root, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline and len(runs_of()) < at_least:
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    before = runs_of()
+    assert before, "no run finished before the kill"
+    with pytest.MonkeyPatch.context() as mp:
+        skip_plots(mp)
+        result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    after = runs_of()
+    assert all(after[q] == m for q, m in before.items()), "a finished run was trained again"
+    return after

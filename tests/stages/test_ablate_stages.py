@@ -4,12 +4,7 @@ bad input in one line with exit code 2, ``--dry-run`` writing nothing, and an ab
 after ``kill -9`` without training anything twice, then reports its effects."""
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +17,7 @@ from normsearch.spec import Placement
 from normsearch.stages import A_STAGE, find_stage, stage_names
 from normsearch.stages._ablate_design import Side, changes, combinations, differing, mix, single_changes
 
-from tiny import learned_study, skip_plots, write_tiny_recipe
+from tiny import killed_then_resumed, learned_study, skip_plots, write_tiny_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 V1 = ROOT / "tests" / "fixtures" / "study_v1" / "results" / "v1"  # pre_ln, post_ln, t3 (ai ao fi | fin), t5
@@ -175,30 +170,13 @@ def test_dry_run_prints_the_design_and_writes_nothing(searched):
     assert not [k for k in stage_names(open_results(searched)) if k.startswith("ablate-")]
 
 
-def _cli(*args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "normsearch", *map(str, args)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 @pytest.mark.slow
 def test_ablation_resumes_after_kill_9_trains_nothing_twice_and_reports(searched):
     args = ["ablate", searched, "--between", "pre_ln", "post_ln", "--sites", "attn_in,final", "--seeds", "2",
             "--test-bytes", "5000", "--jobs", "1"]
-    p = _cli(*args)
-    deadline = time.time() + 240
-    while time.time() < deadline and len(_runs(searched)) < 3:
-        time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    before = _runs(searched)
-    assert before, "no run of the ablation finished before the kill"
-    with pytest.MonkeyPatch.context() as mp:
-        _skip_plots(mp)
-        result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    after = _runs(searched)
-    assert all(after[q] == m for q, m in before.items()), "a finished run was trained again"
+    after = killed_then_resumed(args, lambda: _runs(searched))
     assert len(after) == 4 * 2  # 2^2 combinations x 2 seeds at pre_ln's one learning rate
     assert {json.loads(q.read_text())["seed"] for q in after} == {4000, 4001}
     assert {json.loads(q.read_text())["metric"] for q in after} == {"test_bpb"}

@@ -4,11 +4,6 @@ the variants' overrides and shared settings stored and checked on resume; bad va
 one line; the report's per-variant gaps, sign counts, random-effects mean and length trend."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +15,8 @@ from normsearch.stages import A_STAGE, find_stage
 from normsearch.stages.robustness import VARIANTS, overrides_of, variant_recipe
 from normsearch.sections import RobustnessConfig
 
-from tiny import LEARNING, learned_study, skip_plots, write_tiny_recipe
+from tiny import LEARNING, killed_then_resumed, learned_study, skip_plots, write_tiny_recipe
 
-ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
@@ -38,10 +32,6 @@ def _runs(folder: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in folder.glob("robust-*/runs/*/seed*.json")}
 
 
-def _cli(*args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "normsearch", *map(str, args)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def test_variants_are_recipes_checked_as_recipes(tmp_path):
@@ -83,20 +73,7 @@ def test_bad_variants_get_one_line_and_exit_code_2(searched, args, message):
 def test_variants_resume_after_kill_9_train_nothing_twice_and_report(searched, tmp_path):
     args = ["robustness", searched, "--variants", "no-warmup,steps-4x", "--top", "1", "--seeds", "2",
             "--baselines", "pre_ln", "--jobs", "1"]
-    p = _cli(*args)
-    deadline = time.time() + 240
-    while time.time() < deadline and len(_runs(searched)) < 3:
-        time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    before = _runs(searched)
-    assert before, "no variant's run finished before the kill"
-    with pytest.MonkeyPatch.context() as mp:
-        _skip_plots(mp)
-        result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    after = _runs(searched)
-    assert all(after[q] == m for q, m in before.items()), "a finished run was trained again"
+    after = killed_then_resumed(args, lambda: _runs(searched))
     assert len(after) == 3 * 2 * 2  # 3 variants (base first) x (1 found + 1 baseline) x 2 seeds x 1 lr
     steps = {q.parts[-4]: json.loads(q.read_text())["steps"] for q in after}
     assert steps["robust-base"] == LEARNING["steps"] and steps["robust-steps-4x"] == 4 * LEARNING["steps"]
