@@ -108,6 +108,28 @@ def stage_recipe(parent: Recipe, kind: str, **changes) -> Recipe:
     return replace(parent, name=stage_study_name(parent.name, kind), space=None, search=search, **changes)
 
 
+def recipe_with(parent: Recipe, overrides: dict, what: str) -> Recipe:
+    """The search's recipe with ``overrides`` (``section.key -> value``, as ``--section.key value``), checked
+    as a recipe is, its space and stage sections dropped; a bad override is one line led by ``what``."""
+    from ..recipe import _apply_overrides, recipe_from_dict
+
+    raw = {**parent.raw, "space": None, "confirm": None, "ladder": None}
+    try:
+        return recipe_from_dict(_apply_overrides(raw, overrides))
+    except NormsearchError as e:
+        raise NormsearchError(f"{what}: {e}") from None
+
+
+def train_stages(opened, display=None, verbose: bool = False) -> list:
+    """Train every stage of ``opened`` ([(key, handle, stage)], e.g. a ladder's rungs) to the end, in order.
+    Returns [(key, handle)]."""
+    out = []
+    for key, handle, stage in opened:
+        run_stage(handle, stage, display, verbose)
+        out.append((key, handle))
+    return out
+
+
 def find_stage(parent: StudyHandle, kind: str):
     """The stage study ``kind`` of a search, or None when it was never started."""
     import optuna

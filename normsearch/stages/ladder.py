@@ -22,7 +22,8 @@ from ..config import ModelConfig, from_mapping, to_mapping
 from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe, ladder_config
 from ..search import StudyHandle
-from ._stage import A_STAGE, Entry, Stage, find_stage, open_stage, run_stage, search_finished, stage_names, stage_recipe
+from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, stage_names,
+                     stage_recipe, train_stages)
 
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
@@ -57,15 +58,7 @@ def kind_of(i: int, name: str = "") -> str:
 
 def shared_recipe(parent: Recipe, cfg: LadderConfig) -> Recipe:
     """The search's recipe with the overrides every rung shares (``ladder.recipe``), checked as a recipe."""
-    if not cfg.recipe:
-        return parent
-    from ..recipe import _apply_overrides, recipe_from_dict
-
-    raw = {**parent.raw, "space": None, "confirm": None, "ladder": None}
-    try:
-        return recipe_from_dict(_apply_overrides(raw, cfg.recipe))
-    except NormsearchError as e:
-        raise NormsearchError(f"ladder.recipe: {e}") from None
+    return recipe_with(parent, cfg.recipe, "ladder.recipe") if cfg.recipe else parent
 
 
 def flag(key: str) -> str:
@@ -404,11 +397,7 @@ def open_rungs(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, Study
 
 def run_ladder(parent: StudyHandle, cfg: LadderConfig, display=None, verbose: bool = False):
     """Train every rung, smallest first, to the end. Returns [(rung, handle)]."""
-    out = []
-    for rung, handle, stage in open_rungs(parent, cfg):
-        run_stage(handle, stage, display, verbose)
-        out.append((rung, handle))
-    return out
+    return train_stages(open_rungs(parent, cfg), display, verbose)
 
 
 def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, StudyHandle]]:

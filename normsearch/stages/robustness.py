@@ -23,7 +23,8 @@ from ..errors import NormsearchError, unknown
 from ..recipe import Recipe
 from ..sections import RobustnessConfig
 from ..search import StudyHandle
-from ._stage import A_STAGE, Entry, Stage, find_stage, open_stage, run_stage, search_finished, stage_names, stage_recipe
+from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, stage_names,
+                     stage_recipe, train_stages)
 
 PREFIX = "robust-"
 BASE = "base"
@@ -105,14 +106,9 @@ def overrides_of(parent: Recipe, cfg: RobustnessConfig, name: str) -> dict:
 def variant_recipe(parent: Recipe, name: str, overrides: dict, cfg: RobustnessConfig) -> Recipe:
     """The search's recipe with the variant's overrides, checked as a recipe is (a bad override is one
     line naming the variant), as a stage's recipe; the sweep extended and refined as asked."""
-    from ..recipe import _apply_overrides, recipe_from_dict
     from .ladder import resolution
 
-    raw = {**parent.raw, "space": None, "confirm": None, "ladder": None}
-    try:
-        v = recipe_from_dict(_apply_overrides(raw, overrides))
-    except NormsearchError as e:
-        raise NormsearchError(f"robustness variant {name}: {e}") from None
+    v = recipe_with(parent, overrides, f"robustness variant {name}")
     t = v.train
     train = replace(t, lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend,
                     lr_resolution=resolution(t.lr_resolution, cfg.lr_resolution) or None)
@@ -224,11 +220,7 @@ def open_variants(parent: StudyHandle, cfg: RobustnessConfig) -> list[tuple[str,
 
 def run_robustness(parent: StudyHandle, cfg: RobustnessConfig, display=None, verbose: bool = False):
     """Train every variant, ``base`` first, to the end. Returns [(name, handle)]."""
-    out = []
-    for name, handle, stage in open_variants(parent, cfg):
-        run_stage(handle, stage, display, verbose)
-        out.append((name, handle))
-    return out
+    return train_stages(open_variants(parent, cfg), display, verbose)
 
 
 def variant_handles(parent: StudyHandle, cfg: RobustnessConfig) -> list[tuple[str, StudyHandle, Stage]]:
