@@ -132,7 +132,7 @@ def _check(cond: bool, msg: str):
 #: (attn.out, ffn.down); "(scaled)": unless the placement's residual has scaled_init off. Norm
 #: parameters and branch gains keep their own initial values; DeepNorm's beta multiplies afterwards.
 #: Which baseline uses which, and where it was read: normsearch.baselines (Baseline.init).
-InitName = Literal["gpt", "small", "normal", "truncnormal", "smallmegatron", "fairseq", "mixln"]
+InitName = Literal["gpt", "small", "normal", "truncnormal", "smallmegatron", "fairseq", "mixln", "modded", "nanochat"]
 INITS: dict[str, str] = {
     "gpt": "N(0, init_std) everywhere; W_o, W_down / sqrt(2L) (scaled)",
     "small": "N(0, sqrt(2/(5d))) everywhere (Nguyen & Salazar 2019)",
@@ -143,6 +143,10 @@ INITS: dict[str, str] = {
     "fairseq": "embeddings and an untied head N(0, 1/sqrt(d)); uniform with std 1/sqrt(2d) for q, k, v, "
                "1/sqrt(d) for W_o, 1/sqrt(3 fan_in) for the FFN and gate matrices (torch's nn.Linear default)",
     "mixln": "embeddings N(0, sqrt(2/5)); every matrix N(0, init_std), no depth scaling",
+    "modded": "embeddings and head N(0, 0.005); uniform with std 0.5/sqrt(d) for q, k, v, W_o and the FFN's "
+              "up and gate matrices; W_down zero (modded-nanogpt)",
+    "nanochat": "embeddings N(0, 0.8), an untied head N(0, 0.001); uniform with std 1/sqrt(d) for q, k, v and "
+                "0.4/sqrt(d) for the FFN's up and gate matrices; W_o and W_down zero (nanochat)",
 }
 
 
@@ -172,6 +176,16 @@ def init_std(init: str, kind: str, fan_in: float, d: float, n_layers: int, std0:
         if kind in ("qkv", "out"):
             return "uniform", 1.0 / math.sqrt(2.0 * d if kind == "qkv" else d)
         return "uniform", 1.0 / math.sqrt(3.0 * fan_in)
+    if init == "modded":  # train_gpt.py @f411b3d: GPT.__init__, init_attn, init_mlp
+        if kind in ("embed", "head"):
+            return "normal", 0.005
+        return "uniform", (0.0 if kind == "down" else 0.5 / math.sqrt(d))
+    if init == "nanochat":  # nanochat/gpt.py @92d63d4: GPT.init_weights
+        if kind in ("embed", "head"):
+            return "normal", (0.8 if kind == "embed" else 0.001)
+        if kind in ("out", "down"):
+            return "uniform", 0.0
+        return "uniform", (1.0 if kind == "qkv" else 0.4) / math.sqrt(d)
     raise NormsearchError(unknown("model.init", init, INITS))
 
 

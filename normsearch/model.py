@@ -19,7 +19,7 @@ from .config import ModelConfig, init_std
 from .kernels import get_kernel, resolve_backend
 from .norms import NORM_KINDS
 from . import parametrization as P
-from .block_options import PLAIN
+from .block_options import PLAIN, layer_value
 from .spec import BLOCK_SITES, SITE, NormSpec, Placement
 
 log = logging.getLogger("normsearch")
@@ -60,23 +60,30 @@ class Norm(nn.Module):
         super().__init__()
         self.spec, self.opts, self.group, self.kernels = spec, spec.opts, group, kernels
         self.scale = scale  # a fixed factor on the output (depth_scale: 1 / sqrt(layer + 1))
+        self.one_plus = spec.gain == "one_plus"  # the gain is 1 + weight, weight from 0
         size = group or dim
         for name, (shape, init) in NORM_KINDS[spec.kind].parameters(self.opts).items():
-            value = torch.full((size,) if shape == "dim" else (), float(init))
-            self.register_parameter(name, nn.Parameter(value))
+            init = float(init) - (1.0 if self.one_plus and name == "weight" else 0.0)
+            self.register_parameter(name, nn.Parameter(torch.full((size,) if shape == "dim" else (), init)))
         self.kernel = get_kernel(spec.kind, kernels)
+
+    def params(self) -> dict:
+        """The parameters the kind's maths sees: under a 1 + w gain, its weight is 1 + w."""
+        if not self.one_plus:
+            return self._parameters
+        return {**self._parameters, "weight": 1.0 + self._parameters["weight"]}
 
     def forward(self, x: Tensor) -> Tensor:
         if self.group:
-            y = self.kernel.forward(x.unflatten(-1, (-1, self.group)), self._parameters, self.opts)
+            y = self.kernel.forward(x.unflatten(-1, (-1, self.group)), self.params(), self.opts)
             y = y.flatten(-2)
         else:
-            y = self.kernel.forward(x, self._parameters, self.opts)
+            y = self.kernel.forward(x, self.params(), self.opts)
         return y if self.scale == 1.0 else y * self.scale
 
     def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         """(x + h, norm(x + h)), fused where the kernel can."""
-        s, y = self.kernel.add(x, h, self._parameters, self.opts)
+        s, y = self.kernel.add(x, h, self.params(), self.opts)
         return s, (y if self.scale == 1.0 else y * self.scale)
 
     def extra_repr(self) -> str:
@@ -103,19 +110,35 @@ def site_norm(site: str, spec: NormSpec | None, config: ModelConfig, kernels: st
 
 
 class Residual(nn.Module):
-    """The residual connection's options (normsearch.block_options): ``stream(x)`` = alpha * x, and
-    ``attn(h)`` / ``ffn(h)`` = the branch's learnable gain times h (the identity without one)."""
+    """The residual connection's options (normsearch.block_options): ``enter(x)`` = the block's stream
+    multiplier times x (``stream: block``), ``stream(x, sublayer)`` = alpha (times the sublayer's
+    multiplier under ``stream: sublayer``) times x, and ``attn(h)`` / ``ffn(h)`` = the branch's learnable
+    gain times h (the identity without one). Parameters: ``attn_gain``, ``ffn_gain`` (branch gains),
+    ``attn_stream``, ``ffn_stream`` (per sublayer) or ``block_stream`` (per block)."""
 
-    def __init__(self, options: dict, dim: int):
+    def __init__(self, options: dict, dim: int, layer: int = 0, n_layers: int = 1):
         super().__init__()
         self.alpha = float(options["alpha"])
         self.gain = options["gain"]
+        self.stream_kind = options.get("stream", "none")
         if self.gain != "none":
             shape = (dim,) if self.gain == "vector" else ()
+            init = layer_value(options["gain_init"], layer, n_layers)
             for name in ("attn_gain", "ffn_gain"):
-                self.register_parameter(name, nn.Parameter(torch.full(shape, float(options["gain_init"]))))
+                self.register_parameter(name, nn.Parameter(torch.full(shape, init)))
+        if self.stream_kind != "none":
+            init = layer_value(options.get("stream_init", 1.0), layer, n_layers)
+            names = ("attn_stream", "ffn_stream") if self.stream_kind == "sublayer" else ("block_stream",)
+            for name in names:
+                self.register_parameter(name, nn.Parameter(torch.tensor(init)))
 
-    def stream(self, x: Tensor) -> Tensor:
+    def enter(self, x: Tensor) -> Tensor:
+        return self.block_stream * x if self.stream_kind == "block" else x
+
+    def stream(self, x: Tensor, sublayer: str = "attn") -> Tensor:
+        if self.stream_kind == "sublayer":
+            s = getattr(self, f"{sublayer}_stream")
+            return (self.alpha * s) * x if self.alpha != 1.0 else s * x
         return x if self.alpha == 1.0 else self.alpha * x
 
     def attn(self, h: Tensor) -> Tensor:
@@ -123,6 +146,31 @@ class Residual(nn.Module):
 
     def ffn(self, h: Tensor) -> Tensor:
         return h if self.gain == "none" else self.ffn_gain * h
+
+
+class X0(nn.Module):
+    """x0 re-injected into a block (normsearch.block_options ``x0``): ``forward(x0)`` = lambda * x0,
+    lambda one learned scalar (``gate: scalar``, parameter ``lam``) or per token x0 . w + b (``gate:
+    linear``, parameters ``gate.weight`` from 0 and ``gate.bias``)."""
+
+    def __init__(self, options: dict, dim: int, layer: int = 0, n_layers: int = 1):
+        super().__init__()
+        self.at, self.kind = options["at"], options["gate"]
+        init = layer_value(options["init"], layer, n_layers)
+        if self.kind == "scalar":
+            self.lam = nn.Parameter(torch.tensor(init))
+        else:
+            self.gate = nn.Linear(dim, 1, bias=True)
+            nn.init.zeros_(self.gate.weight)
+            nn.init.constant_(self.gate.bias, init)
+
+    def forward(self, x0: Tensor) -> Tensor:
+        return (self.lam if self.kind == "scalar" else self.gate(x0)) * x0
+
+
+def is_x0(name: str) -> bool:
+    """Whether the parameter ``name`` belongs to an x0 re-injection (kept at its init)."""
+    return ".x0." in f".{name}"
 
 
 #: DeepNorm's beta scales these (with the value projection's rows of attn.qkv); W_q, W_k do not.
@@ -181,20 +229,23 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class Attention(nn.Module):
     """Causal self-attention; ``gate`` (``head`` or ``elementwise``) multiplies SDPA's output by
-    sigmoid(x W_g), x the attention's input, one gate per head or per channel (Qiu et al.)."""
+    sigmoid(x W_g), x the attention's input, one gate per head or per channel (Qiu et al.); ``sinks``
+    gives each head a learned logit ``sinks[h]`` (from 0) that joins every query's softmax and takes no
+    value (gpt-oss, DeepSeek-V4)."""
 
-    def __init__(self, config: ModelConfig, gate: str = "none"):
+    def __init__(self, config: ModelConfig, gate: str = "none", sinks: bool = False):
         super().__init__()
         C = config.d_model
         self.n_heads, self.head_dim, self.dropout = config.n_heads, config.head_dim, config.dropout
         self.qkv = nn.Linear(C, 3 * C, bias=False)
         self.out = nn.Linear(C, C, bias=False)
         self.gate = None if gate == "none" else nn.Linear(C, C if gate == "elementwise" else self.n_heads, bias=False)
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if sinks else None
         self.scale = P.attention_scale(config.head_dim, config.width_mult)  # None: 1/sqrt(head_dim)
         self.max_logit: Tensor | None = None  # set during probe_attention()
         self.probe = False
 
-    def forward(self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope) -> Tensor:
+    def forward(self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope, nctx: nn.Module = IDENTITY) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)
         q, k, v = nq(q), nk(k), nv(v)  # [q] [k] [v]: on the projections, before RoPE
@@ -204,10 +255,28 @@ class Attention(nn.Module):
         if self.probe:
             self.max_logit = max_attention_logit(q, k, self.scale)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
-        if self.gate is not None:  # [gate] on SDPA's output, before W_o
-            y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1).transpose(1, 2)
-        return F.dropout(self.out(y.transpose(1, 2).reshape(B, T, C)), drop, self.training)
+        if self.sinks is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
+        else:
+            y = sink_attention(q, k, v, self.sinks, self.scale, drop, self.training)
+        y = nctx(y.transpose(1, 2).reshape(B, T, C))  # [ctx] on the heads' output, before the gate and W_o
+        if self.gate is not None:  # [gate] on the attention's output, before W_o
+            y = (y.view(B, T, self.n_heads, -1) * torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1)).flatten(-2)
+        return F.dropout(self.out(y), drop, self.training)
+
+
+def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: float | None = None, dropout: float = 0.0,
+                   training: bool = False) -> Tensor:
+    """Causal attention where head h's softmax has one more logit, ``sinks[h]``, that takes no value:
+    softmax([q.k * scale, sink])[:T] @ v (gpt-oss's ``sdpa``). q, k, v: (B, H, T, head_dim)."""
+    B, H, T, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    logits = (q @ k.transpose(-2, -1)) * scale
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    logits = logits.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(logits.dtype).view(1, H, 1, 1).expand(B, H, T, 1)
+    p = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :T]
+    return F.dropout(p, dropout, training) @ v
 
 
 def max_attention_logit(q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
@@ -244,23 +313,30 @@ class Block(nn.Module):
     (model-wide; see normsearch.block_options)."""
 
     def __init__(self, sites: dict[str, NormSpec], config: ModelConfig, kernels: str = "torch", layer: int = 0,
-                 residual: dict | None = None, gate: str = "none"):
+                 residual: dict | None = None, gate: str = "none", x0: dict | None = None, sinks: bool = False):
         super().__init__()
         self.norms = nn.ModuleDict({name: site_norm(name, sites.get(name), config, kernels, layer)
                                     for name in BLOCK_SITES})
-        self.attn = Attention(config, gate)
+        self.attn = Attention(config, gate, sinks)
         self.ffn = FFN(config)
-        self.residual = Residual(PLAIN if residual is None else residual, config.d_model)
+        L = config.n_layers
+        self.residual = Residual(PLAIN if residual is None else residual, config.d_model, layer, L)
+        self.x0 = None if x0 is None else X0(x0, config.d_model, layer, L)
 
-    def forward(self, x: Tensor, rope=None) -> Tensor:
-        n, r = self.norms, self.residual
+    def forward(self, x: Tensor, rope=None, x0: Tensor | None = None) -> Tensor:
+        n, r, j = self.norms, self.residual, self.x0
+        x = r.enter(x)                                    # the block's stream multiplier (stream: block)
+        if j is not None and j.at == "input":
+            x = x + j(x0)                                 # x0 into the block's input (nanochat)
         h = n.attn_in(x)                                  # [attn_in]
-        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] before RoPE; the gate on SDPA's output
+        h = self.attn(h, n.q, n.k, n.v, rope, n.ctx)      # [q] [k] [v] before RoPE; [ctx], the gate on its output
         h = r.attn(n.attn_out(h))                         # [attn_out], then the branch gain
-        x, h = add_norm(r.stream(x), h, n.attn_post, n.ffn_in)  # x = [attn_post](alpha x + h); h = [ffn_in](x)
+        if j is not None and j.at == "attn":
+            h = h + j(x0)                                 # x0 with the attention branch (modded-nanogpt)
+        x, h = add_norm(r.stream(x, "attn"), h, n.attn_post, n.ffn_in)  # x = [attn_post](s x + h); h = [ffn_in](x)
         h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
         h = r.ffn(n.ffn_out(h))                           # [ffn_out], then the branch gain
-        x, _ = add_norm(r.stream(x), h, n.ffn_post)       # x = [ffn_post](alpha x + h)
+        x, _ = add_norm(r.stream(x, "ffn"), h, n.ffn_post)  # x = [ffn_post](s x + h)
         return x
 
 
@@ -282,7 +358,7 @@ class Transformer(nn.Module):
         })  # fmt: skip
         r = self.resolved
         self.blocks = nn.ModuleList(
-            Block(r.block(i), config, kernels, i, r.residual, r.gate) for i in range(config.n_layers)
+            Block(r.block(i), config, kernels, i, r.residual, r.gate, r.x0, r.sinks) for i in range(config.n_layers)
         )
         self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -303,8 +379,8 @@ class Transformer(nn.Module):
         width = cfg.d_model if cfg.parametrization == "standard" else cfg.mup_base_width
         beta, C = res["beta"], cfg.d_model
         for name, p in self.named_parameters():
-            if is_norm_parameter(name) or is_residual_gain(name):
-                continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm)
+            if is_norm_parameter(name) or is_residual_gain(name) or is_x0(name) or name.endswith(".attn.sinks"):
+                continue  # norm gains start at 1, biases at 0, DyT alpha at its init (set by Norm); x0, sinks as built
             dist, std = init_std(cfg.init, init_kind(name), p.shape[-1] / m, width, cfg.n_layers, cfg.init_std,
                                  res["scaled_init"])
             fill_init(p, dist, std * P.init_mult(self.param_role(name, p), m))
@@ -318,6 +394,8 @@ class Transformer(nn.Module):
         vector. A matrix this does not know is an error, so that a new layer gets a rule."""
         if is_norm_parameter(name) or is_residual_gain(name) or p.ndim < 2:
             return "vector"
+        if is_x0(name):
+            return "readout"  # x0's linear gate: from the width to one number
         if name in ("wte.weight", "wpe.weight"):
             return "input"
         if name == "lm_head.weight":
@@ -328,12 +406,30 @@ class Transformer(nn.Module):
             return "hidden"
         raise ValueError(f"no parametrization role for parameter {name!r}")
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float, gain_decay: bool = False) -> list[dict]:
         """AdamW's groups: weight decay on matrices and embeddings, none on norm parameters and
-        other vectors; lr and decay times the parametrization's factors."""
-        named = [(n, p, self.param_role(n, p), not (is_norm_parameter(n) or p.ndim < 2))
+        other vectors (on norm gains and biases too with ``gain_decay`` or the placement's
+        ``gain_decay``); lr and decay times the parametrization's factors, and the residual's and
+        x0's own lr multipliers on theirs."""
+        gain_decay = gain_decay or self.resolved.gain_decay
+        named = [(n, p, self.param_role(n, p), self._decays(n, p, gain_decay), self.lr_factor(n))
                  for n, p in self.named_parameters()]
         return P.param_groups(named, lr, weight_decay, self.config.width_mult)
+
+    def _decays(self, name: str, p: Tensor, gain_decay: bool) -> bool:
+        if is_norm_parameter(name):
+            return gain_decay and name.rsplit(".", 1)[-1] in ("weight", "bias")
+        return p.ndim >= 2 and not is_x0(name)
+
+    def lr_factor(self, name: str) -> float:
+        """The parameter's own multiple of the learning rate: the residual's ``stream_lr`` and
+        ``gain_lr``, x0's ``lr``; 1 elsewhere."""
+        res, x0 = self.resolved.residual, self.resolved.x0
+        if is_residual_gain(name):
+            return res.get("stream_lr", 1.0) if name.endswith("_stream") else res.get("gain_lr", 1.0)
+        if is_x0(name):
+            return x0["lr"]
+        return 1.0
 
     def rope(self, T: int, device, dtype=torch.float32) -> tuple[Tensor, Tensor] | None:
         """The rotary tables for T positions in ``dtype`` promoted to at least float32 (cached;
@@ -355,9 +451,9 @@ class Transformer(nn.Module):
             x = x + self.wpe(torch.arange(T, device=idx.device))
         x = F.dropout(self.norms.embed(x), self.config.dropout, self.training)  # [embed]
         rope = self.rope(T, idx.device, self.wte.weight.dtype)
-        hidden = [x]
+        hidden, x0 = [x], x  # x0: the stream entering block 0, re-injected where the placement says
         for block in self.blocks:
-            x = block(x, rope)
+            x = block(x, rope, x0)
             hidden.append(x)
         logits = self.lm_head(self.norms.final(x))  # [final]
         if self.output_mult != 1.0:

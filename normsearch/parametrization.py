@@ -73,13 +73,13 @@ def attention_scale(head_dim: int, m: float) -> float | None:
 
 def param_groups(params: Iterable[tuple[str, Any, str, bool]], lr: float, weight_decay: float,
                  m: float) -> list[dict]:
-    """AdamW's parameter groups from ``(name, parameter, role, decays)`` in model order: one group
+    """AdamW's parameter groups from ``(name, parameter, role, decays[, lr factor])`` in model order: one group
     per (lr, weight decay), in the order they first appear, each with its ``lr``, its
     ``weight_decay`` and ``roles`` (the roles in it). Under standard (m == 1): the decayed
     parameters and the others, as before muP existed."""
     groups: dict[tuple[float, float], dict] = {}
-    for _, p, role, decays in params:
-        key = (lr * lr_mult(role, m), weight_decay * wd_mult(role, m) if decays else 0.0)
+    for _, p, role, decays, *factor in params:
+        key = (lr * lr_mult(role, m) * (factor[0] if factor else 1.0), weight_decay * wd_mult(role, m) if decays else 0.0)
         group = groups.setdefault(key, {"params": [], "lr": key[0], "weight_decay": key[1], "roles": []})
         group["params"].append(p)
         if role not in group["roles"]:

@@ -40,7 +40,8 @@ class TrainConfig:
     warmup: int = 20  # linear warmup steps
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # after warmup
     min_lr_ratio: float = 0.1  # the schedule ends at lr * min_lr_ratio
-    weight_decay: float = 0.1  # on matrices and embeddings, never on norm parameters
+    weight_decay: float = 0.1  # on matrices and embeddings; on norm gains and biases only with gain_decay
+    gain_decay: bool = False  # weight decay on every norm's gains and biases too (a placement may ask alone)
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # global norm; 0 turns clipping off
@@ -72,6 +73,7 @@ class TrainConfig:
         checks = [
             (self.steps >= 1, "train.steps must be >= 1"),
             (self.batch_size >= 1, "train.batch_size must be >= 1"),
+            (isinstance(self.gain_decay, bool), f"train.gain_decay must be true or false, not {self.gain_decay!r}"),
             (len(self.lr) >= 1 and all(lr_problem(x) is None for x in self.lr),
              f"train.lr must be one or more finite numbers > 0, not {self.lr}"),
             (len(self.seeds) >= 1, "train.seeds must list at least one seed"),

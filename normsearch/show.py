@@ -6,7 +6,7 @@ from __future__ import annotations
 from .config import ModelConfig
 from .block_options import PLAIN
 from .norms import NORM_KINDS
-from .spec import RESIDUAL_ADD, SITE, SITE_TABLE, NormSpec, Placement, ResolvedPlacement, layer_span
+from .spec import QKV_SITES, RESIDUAL_ADD, SITE, SITE_TABLE, NormSpec, Placement, ResolvedPlacement, layer_span
 
 
 def norm_param_count(resolved: ResolvedPlacement, config: ModelConfig) -> int:
@@ -45,11 +45,30 @@ def options_lines(r: ResolvedPlacement) -> list[str]:
         lines.append(f"gate:     SDPA output x sigmoid(x W_g) before W_o, {per} ({r.gate})")
     res = r.residual
     if res != PLAIN:
-        gain = "no gain" if res["gain"] == "none" else f"{res['gain']} gain from {res['gain_init']:g}"
+        gain = "no gain" if res["gain"] == "none" else f"{res['gain']} gain from {_init(res['gain_init'])}"
         init = "scaled init of W_o, W_down" if res["scaled_init"] else "no scaled init"
-        lines.append(f"residual: x = [post]({res['alpha']:.4g} x + g f(x)); {gain}; v, W_o, FFN init "
+        stream = res.get("stream", "none")
+        s = "" if stream == "none" else " s"
+        lines.append(f"residual: x = [post]({res['alpha']:.4g}{s} x + g f(x)); {gain}; v, W_o, FFN init "
                      f"x {res['beta']:.4g}; {init}")
+        if stream != "none":
+            where = "one per sublayer" if stream == "sublayer" else "one per block, on its input"
+            lines.append(f"          s: a learned stream multiplier, {where}, from {_init(res.get('stream_init', 1.0))}, "
+                         f"lr x {res.get('stream_lr', 1.0):g}; g's lr x {res.get('gain_lr', 1.0):g}")
+    if r.x0:
+        x0 = r.x0
+        lam = "one learned scalar" if x0["gate"] == "scalar" else "x0 . w + b per token (w from 0)"
+        where = "the block's input" if x0["at"] == "input" else "the attention branch's sum"
+        lines.append(f"x0:       + lambda x0 into {where}; lambda {lam}, from {_init(x0['init'])}, lr x {x0['lr']:g}")
+    if r.sinks:
+        lines.append("sinks:    a learned logit per head joins each softmax and takes no value (from 0)")
+    if r.gain_decay:
+        lines.append("gain_decay: weight decay on the norms' gains and biases")
     return lines
+
+
+def _init(init) -> str:
+    return f"{init[0]:g} (layer 0) to {init[1]:g} (last)" if isinstance(init, (list, tuple)) else f"{init:g}"
 
 
 _RESIDUAL = "x ──┬──────────────────────────────┐ residual"
@@ -58,7 +77,7 @@ _ADD = "   (+)◄─────────────────────
 
 def block_picture(block: dict[str, NormSpec]) -> list[str]:
     """The data flow of one block, every site of the site table in order; ``-`` marks a site
-    without a norm. The q/k/v sites sit side by side, on the projections."""
+    without a norm. The q/k/v sites sit side by side, on the projections; ctx on the heads' output."""
     lines: list[str] = []
     stage = None
     sites = [s for s in SITE_TABLE if s.stage != "model"]
@@ -66,15 +85,15 @@ def block_picture(block: dict[str, NormSpec]) -> list[str]:
         if site.stage != stage:
             lines.append(_RESIDUAL)
             stage = site.stage
-        on_projections = site.width == SITE["q"].width
-        if on_projections and i and sites[i - 1].width == site.width:
+        on_projections = site.name in QKV_SITES
+        if on_projections and i and sites[i - 1].name in QKV_SITES:
             continue  # drawn on the line of the first projection
         if site.step == RESIDUAL_ADD:
             lines.append(_ADD)
         elif site.step and not on_projections:
             lines.append(f"    │ {site.step}")
         if on_projections:
-            row = [s for s in sites[i:] if s.width == site.width]
+            row = [s for s in sites[i:] if s.name in QKV_SITES]
             lines.append(f"    │ {site.step} " + "  ".join(f"{s.name}: {_label(block.get(s.name))}" for s in row))
         else:
             note = "      (replaces the stream)" if site.step == RESIDUAL_ADD else ""

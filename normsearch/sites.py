@@ -20,7 +20,7 @@ RESIDUAL_ADD = "(+)"
 @dataclass(frozen=True)
 class Site:
     """One norm site. ``width`` is the rule for how many features its norm normalises: ``d_model``,
-    ``ffn_dim``, or for the q/k/v projections ``head_dim or d_model`` (``head_dim`` at ``head``
+    ``ffn_dim``, or for the q/k/v projections and the context ``head_dim or d_model`` (``head_dim`` at ``head``
     granularity, one norm shared by the heads; else ``d_model``). ``stage`` is where it sits
     (``model``, ``attention``, ``ffn``), ``abbrev`` its short name in summaries, and ``step`` the
     computation just before it in the block's data flow (``(+)``: the residual add), as
@@ -43,7 +43,8 @@ class Site:
         return config.ffn_dim if self.width == FFN_DIM else config.d_model
 
 
-#: Every site in data-flow order: ``embed``, the block's ten, ``final``. The one table of sites;
+#: Every site in data-flow order: ``embed``, the block's eleven, ``final``. ``ctx`` (the context
+#: norm) sits on the attention's output before W_o, after the heads' softmax-weighted sum. The one table of sites;
 #: the model, ``show``, the exporter, the search space and the report read it.
 SITE_TABLE = (
     Site("embed", D_MODEL, "model", "emb"),
@@ -51,7 +52,8 @@ SITE_TABLE = (
     Site("q", PROJECTION, "attention", "q", "W_q W_k W_v ->"),
     Site("k", PROJECTION, "attention", "k"),
     Site("v", PROJECTION, "attention", "v"),
-    Site("attn_out", D_MODEL, "attention", "ao", "RoPE, softmax(qk^T/sqrt(d)) v, W_o"),
+    Site("ctx", PROJECTION, "attention", "ctx", "RoPE, softmax(qk^T/sqrt(d)) v"),
+    Site("attn_out", D_MODEL, "attention", "ao", "W_o"),
     Site("attn_post", D_MODEL, "attention", "ap", RESIDUAL_ADD),
     Site("ffn_in", D_MODEL, "ffn", "fi"),
     Site("ffn_mid", FFN_DIM, "ffn", "fm", "W_up, activation"),
@@ -63,7 +65,9 @@ SITE = {s.name: s for s in SITE_TABLE}
 SITES = tuple(SITE)
 BLOCK_SITES = tuple(s.name for s in SITE_TABLE if s.stage != "model")
 MODEL_SITES = tuple(s.name for s in SITE_TABLE if s.stage == "model")
-QKV_SITES = tuple(s.name for s in SITE_TABLE if s.width == PROJECTION)
+#: The sites whose norm may act per head (``granularity``): the q, k, v projections and the context.
+HEAD_SITES = tuple(s.name for s in SITE_TABLE if s.width == PROJECTION)
+QKV_SITES = ("q", "k", "v")
 GRANULARITIES = ("head", "full")
 
 # Short names for compact summaries (report tables, logs): the block's sites, then the model's.
@@ -83,11 +87,28 @@ def parse_sites(names: Iterable[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 # One norm
 
+#: A norm's gain parametrization, as written -> as stored. ``vector``: y = x_hat * w, w from 1 (the
+#: kinds' ``gain: true``); ``none``: weightless (``gain: false``); ``one_plus``: y = x_hat * (1 + w),
+#: w from 0 (Qwen3-Next's zero-centred gain: weight decay then pulls the gain toward 1, not 0). The
+#: booleans stay the stored form of the first two, so every arch_id written before ``one_plus``
+#: existed is unchanged.
+GAINS = {"vector": True, "none": False, "one_plus": "one_plus", True: True, False: False}
+GAIN_NAMES = {True: "vector", False: "none", "one_plus": "one_plus"}
+
+
+def _gain(kind: str, value: Any) -> bool | str:
+    if value is None:
+        value = False
+    if isinstance(value, (bool, str)) and value in GAINS:
+        return GAINS[value]
+    raise SpecError(f"{kind}.gain must be vector (or true), none (or false) or one_plus, not {value!r}")
+
+
 
 @dataclass(frozen=True)
 class NormSpec:
     """A norm at one site: its kind (a key of ``NORM_KINDS``), the kind's options with defaults
-    filled in, and for q/k/v sites the granularity (``head``: over head_dim, shared by the heads;
+    filled in, and for q/k/v/ctx sites the granularity (``head``: over head_dim, shared by the heads;
     ``full``: over the whole projection width). ``depth_scale`` (block sites only) multiplies the
     norm's output in layer l (0-based) by 1 / sqrt(l + 1): LayerNorm Scaling (Sun et al., arXiv
     2502.05795, whose code scales by 1 / sqrt(layer_index + 1)); written only when true, so specs
@@ -114,7 +135,9 @@ class NormSpec:
         canon = []
         for key, default in defaults.items():
             value = options.get(key, default)
-            if isinstance(default, bool):
+            if key == "gain":
+                value = _gain(kind, value)
+            elif isinstance(default, bool):
                 if not isinstance(value, bool):
                     raise SpecError(f"{kind}.{key} must be true or false, not {value!r}")
             else:
@@ -137,23 +160,31 @@ class NormSpec:
     def opts(self) -> dict[str, Any]:
         return dict(self.options)
 
+    @property
+    def gain(self) -> str | None:
+        """The gain's parametrization (``vector``, ``none``, ``one_plus``); None for a kind without
+        a ``gain`` option."""
+        if "gain" not in NORM_KINDS[self.kind].options:
+            return None
+        return GAIN_NAMES[self.opts["gain"]]
+
     def scale(self, layer: int) -> float:
         """The factor on this norm's output in layer ``layer`` (0-based): 1 / sqrt(layer + 1) with
         ``depth_scale``, else 1."""
         return 1.0 / math.sqrt(layer + 1) if self.depth_scale else 1.0
 
     def at(self, site: str) -> NormSpec:
-        """This spec placed at ``site``: q/k/v get a granularity (``head`` unless set); any other
+        """This spec placed at ``site``: q/k/v/ctx get a granularity (``head`` unless set); any other
         site must not have one; embed and final have no layer, so no depth_scale."""
         if self.depth_scale and site in MODEL_SITES:
             raise SpecError(f"depth_scale is for the block's sites, not {site!r} (it has no layer index)")
-        if site in QKV_SITES:
+        if site in HEAD_SITES:
             if self.granularity is None:
                 return NormSpec(self.kind, "head", depth_scale=self.depth_scale, **self.opts)
             return self
         if self.granularity is not None:
             raise SpecError(
-                f"granularity is only for the q, k and v sites, not {site!r}; remove it there"
+                f"granularity is only for the q, k, v and ctx sites, not {site!r}; remove it there"
             )
         return self
 

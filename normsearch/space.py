@@ -8,8 +8,10 @@ sites depth-dependent (``depth: {ranges: [[0, 0.25], [0.25, 1]], sites: [...]}``
 Block options are searched too (``options:``): ``depth_scale: [off, on]`` (LayerNorm Scaling's
 1/sqrt(l) on the input norms ``attn_in`` and ``ffn_in`` where they are present, and, as its authors
 recommend, no scaled init of the residual projections), ``residual:`` a list
-of presets (``plain``, ``deepnorm``, ``rezero``, ``layerscale``) and ``gate: [none, head,
-elementwise]``; see normsearch.block_options.
+of presets (``plain``, ``deepnorm``, ``rezero``, ``layerscale``, ``scalars``, ``lambdas``), ``gate: [none,
+head, elementwise]``, ``x0: [none, input, attn]``, ``sinks: [off, on]``, ``gain: [vector, none,
+one_plus]`` (the gain of every norm whose kind has one: a vector, weightless, or 1 + w) and
+``gain_decay: [off, on]``; see normsearch.block_options and normsearch.sites.
 
 Each choice becomes one Optuna categorical parameter with a stable name (``site.attn_in``,
 ``site.q+k``, ``site.ffn_post@1`` for depth range 1, ``kind``, ``gran.q``, ``opt.gate``), so
@@ -32,15 +34,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import _yaml
-from .block_options import GATES, RESIDUAL_PRESETS, Residual
+from .block_options import GATES, RESIDUAL_PRESETS, X0_PRESETS, X0, Residual
 from .errors import NormsearchError, unknown
 from .norms import NORM_KINDS
-from .spec import BLOCK_SITES, GRANULARITIES, MODEL_SITES, QKV_SITES, SITES, NormSpec, Placement, fraction_layers
+from .spec import BLOCK_SITES, GRANULARITIES, HEAD_SITES, MODEL_SITES, SITES, NormSpec, Placement, fraction_layers
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 _KEYS = ("description", "kind", "sites", "tie", "granularity", "depth", "options")
 #: The searchable block options and their allowed choices (the first listed in a space is its default).
-OPTIONS = {"depth_scale": ("off", "on"), "residual": tuple(RESIDUAL_PRESETS), "gate": GATES}
+OPTIONS = {"depth_scale": ("off", "on"), "residual": tuple(RESIDUAL_PRESETS), "gate": GATES,
+           "x0": tuple(X0_PRESETS), "sinks": ("off", "on"), "gain": ("vector", "none", "one_plus"),
+           "gain_decay": ("off", "on")}
 #: The sites LayerNorm Scaling scales (its paper's pre-norms).
 DEPTH_SCALE_SITES = ("attn_in", "ffn_in")
 
@@ -112,12 +116,15 @@ class SearchSpace:
         kind = values.get("kind", self.kinds[0])
         grans = dict(self.granularity)
         depth = self._option(values, "depth_scale") == "on"
+        gain = self._option(values, "gain")
 
         def spec(site: str, choice: str) -> NormSpec | None:
             if choice == "none":
                 return None
-            g = values.get(f"gran.{site}", grans[site][0]) if site in QKV_SITES else None
-            return NormSpec(kind if choice == "norm" else choice, g, depth_scale=depth and site in DEPTH_SCALE_SITES)
+            g = values.get(f"gran.{site}", grans[site][0]) if site in HEAD_SITES else None
+            k = kind if choice == "norm" else choice
+            opts = {"gain": gain} if "gain" in NORM_KINDS[k].options else {}
+            return NormSpec(k, g, depth_scale=depth and site in DEPTH_SCALE_SITES, **opts)
 
         block: dict[str, NormSpec] = {}
         model: dict[str, NormSpec | None] = {"embed": None, "final": None}
@@ -138,7 +145,9 @@ class SearchSpace:
         ]
         residual = _residual(self._option(values, "residual"), depth)
         return Placement(block, embed=model["embed"], final=model["final"], overrides=overrides,
-                         residual=residual, gate=self._option(values, "gate"))
+                         residual=residual, gate=self._option(values, "gate"), x0=self._option(values, "x0"),
+                         sinks=self._option(values, "sinks") == "on",
+                         gain_decay=self._option(values, "gain_decay") == "on")
 
     def params_of(self, placement: Placement, n_layers: int) -> dict[str, str] | None:
         """Parameter values that give ``placement``'s network, or None if the space cannot express
@@ -175,7 +184,7 @@ class SearchSpace:
                 return None
             values[p.name] = choice
             for site in p.sites:
-                if s is not None and site in QKV_SITES and len(dict(self.granularity)[site]) > 1:
+                if s is not None and site in HEAD_SITES and len(dict(self.granularity)[site]) > 1:
                     layers = layers_of[p.depth_range] if p.depth_range is not None else range(n_layers)
                     g = {r.block(i)[site].granularity for i in layers if site in r.block(i)}
                     if len(g) == 1:
@@ -195,7 +204,12 @@ class SearchSpace:
         pairs = [(d, c) for d in (("on",) if scaled else ("off", "on")) for c in opts.get("residual", ("plain",))
                  if _residual(c, d == "on").resolve(n_layers) == r.residual]
         depth, preset = pairs[0] if pairs else (None, None)
-        found = {"depth_scale": depth, "residual": preset, "gate": r.gate}
+        x0 = next((name for name in opts.get("x0", ("none",)) if X0.parse(name).to_dict() == r.x0), None)
+        gains = {s.gain for b in r.blocks for _, s in b} | {s.gain for s in (r.embed, r.final) if s is not None}
+        gains.discard(None)  # kinds without a gain option
+        gain = gains.pop() if len(gains) == 1 else (opts.get("gain", ("vector",))[0] if not gains else None)
+        found = {"depth_scale": depth, "residual": preset, "gate": r.gate, "x0": x0,
+                 "sinks": "on" if r.sinks else "off", "gain": gain, "gain_decay": "on" if r.gain_decay else "off"}
         for name, value in found.items():
             choices = dict(self.options).get(name, OPTIONS[name][:1])
             if value not in choices:
@@ -312,7 +326,7 @@ def parse_space(d: Any, default_kind: str = "rmsnorm", source: str | None = None
     if not isinstance(gran_raw, Mapping):
         raise NormsearchError(f"{_yaml.where(d, 'granularity')}space granularity: site -> head | full | [head, full]")
     granularity = []
-    for site in QKV_SITES:
+    for site in HEAD_SITES:
         if site not in sites:
             continue
         g = gran_raw.get(site, "head")
@@ -322,8 +336,8 @@ def parse_space(d: Any, default_kind: str = "rmsnorm", source: str | None = None
                 raise NormsearchError(f"space granularity {site}: {unknown('granularity', x, GRANULARITIES)}")
         granularity.append((site, g))
     for site in gran_raw:
-        if site not in QKV_SITES:
-            raise NormsearchError(f"space granularity: only q, k and v have one, not {site!r}")
+        if site not in HEAD_SITES:
+            raise NormsearchError(f"space granularity: only q, k, v and ctx have one, not {site!r}")
 
     ranges: tuple[tuple[float, float], ...] = ()
     depth_sites: set[str] = set()

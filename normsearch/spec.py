@@ -20,19 +20,23 @@ from typing import Any
 
 from ._layers import LayerSelector, fraction_layers, layer_span
 from ._yaml import where
-from .block_options import PLAIN, Residual, describe_options, parse_gate
+from .block_options import PLAIN, X0, Residual, describe_options, parse_flag, parse_gate
 from .errors import SpecError, unknown
-from .sites import (BLOCK_SITES, D_MODEL, FFN_DIM, GRANULARITIES, MODEL_SITES, PROJECTION, QKV_SITES, RESIDUAL_ADD,
+from .sites import (BLOCK_SITES, D_MODEL, FFN_DIM, GRANULARITIES, HEAD_SITES, MODEL_SITES, PROJECTION, QKV_SITES, RESIDUAL_ADD,
                     SITE, SITE_ABBREV, SITE_TABLE, SITES, NormSpec, Site, parse_sites)
 
 __all__ = [
     "Block", "Override", "Placement", "ResolvedPlacement",
     # re-exported from .sites (the table of sites and the norm at one site)
-    "BLOCK_SITES", "D_MODEL", "FFN_DIM", "GRANULARITIES", "MODEL_SITES", "PROJECTION", "QKV_SITES", "RESIDUAL_ADD",
+    "BLOCK_SITES", "D_MODEL", "FFN_DIM", "GRANULARITIES", "HEAD_SITES", "MODEL_SITES", "PROJECTION", "QKV_SITES", "RESIDUAL_ADD",
     "SITE", "SITE_ABBREV", "SITE_TABLE", "SITES", "NormSpec", "Site", "parse_sites",
     # re-exported from ._layers
     "LayerSelector", "fraction_layers", "layer_span",
 ]
+
+#: How a site's tag in a summary shows its gain: ``0`` weightless, ``+`` a 1 + w gain; nothing for a
+#: vector gain (the kinds' default) or a kind without a gain option.
+GAIN_TAGS = {"none": "0", "one_plus": "+"}
 
 Block = tuple  # tuple[tuple[str, NormSpec], ...] in data-flow order: the present sites of one block
 
@@ -114,7 +118,7 @@ class Override:
 # The placement
 
 
-_TOP_KEYS = ("name", "norm", "embed", "block", "final", "overrides", "residual", "gate")
+_TOP_KEYS = ("name", "norm", "embed", "block", "final", "overrides", "residual", "gate", "x0", "sinks", "gain_decay")
 
 
 @dataclass(frozen=True)
@@ -123,8 +127,9 @@ class Placement:
 
     >>> Placement(block={"attn_in": "rmsnorm", "ffn_in": "rmsnorm"}, final="rmsnorm")  # pre-LN
 
-    ``name`` is a label (a baseline's name); it is not part of the architecture. ``residual`` and
-    ``gate`` are the block options of :mod:`normsearch.block_options` (model-wide).
+    ``name`` is a label (a baseline's name); it is not part of the architecture. ``residual``,
+    ``gate``, ``x0``, ``sinks`` and ``gain_decay`` are the block options of
+    :mod:`normsearch.block_options` (model-wide).
     """
 
     block: Block = ()
@@ -134,6 +139,9 @@ class Placement:
     name: str | None = field(default=None, compare=False)
     residual: Residual = Residual()
     gate: str = "none"
+    x0: X0 = X0()
+    sinks: bool = False
+    gain_decay: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)
@@ -143,6 +151,9 @@ class Placement:
         set_("overrides", tuple(Override.parse(o, None) for o in self.overrides))
         set_("residual", Residual.parse(self.residual))
         set_("gate", parse_gate(self.gate))
+        set_("x0", X0.parse(self.x0))
+        set_("sinks", parse_flag("sinks", self.sinks))
+        set_("gain_decay", parse_flag("gain_decay", self.gain_decay))
 
     # -- canonical form ----------------------------------------------------------------------------
 
@@ -159,6 +170,18 @@ class Placement:
             d["residual"] = self.residual.to_dict()
         if self.gate != "none":
             d["gate"] = self.gate
+        d.update(self._new_options())
+        return d
+
+    def _new_options(self) -> dict[str, Any]:
+        """x0, sinks and gain_decay, where set (so that ids from before them stay)."""
+        d: dict[str, Any] = {}
+        if self.x0.at is not None:
+            d["x0"] = self.x0.to_dict()
+        if self.sinks:
+            d["sinks"] = True
+        if self.gain_decay:
+            d["gain_decay"] = True
         return d
 
     @classmethod
@@ -189,6 +212,9 @@ class Placement:
             name=None if label is None else str(label),
             residual=Residual.parse(d.get("residual"), where(d, "residual")),
             gate=parse_gate(d.get("gate"), where(d, "gate")),
+            x0=X0.parse(d.get("x0"), where(d, "x0")),
+            sinks=parse_flag("sinks", d.get("sinks"), where(d, "sinks")),
+            gain_decay=parse_flag("gain_decay", d.get("gain_decay"), where(d, "gain_decay")),
         )
 
     def to_yaml(self) -> str:
@@ -214,7 +240,8 @@ class Placement:
         return cls.from_dict(data)
 
     def with_name(self, name: str | None) -> Placement:
-        return Placement(self.block, self.embed, self.final, self.overrides, name, self.residual, self.gate)
+        return Placement(self.block, self.embed, self.final, self.overrides, name, self.residual, self.gate,
+                         self.x0, self.sinks, self.gain_decay)
 
     # -- resolution ----------------------------------------------------------------------------------
 
@@ -231,6 +258,7 @@ class Placement:
             final=self.final,
             residual=self.residual.resolve(n_layers),
             gate=self.gate,
+            options=self._new_options(),
         )
 
     def arch_id(self, n_layers: int) -> str:
@@ -251,6 +279,19 @@ class ResolvedPlacement:
     final: NormSpec | None
     residual: dict[str, Any] = field(default_factory=lambda: dict(PLAIN))  # Residual.resolve's numbers
     gate: str = "none"
+    options: dict[str, Any] = field(default_factory=dict)  # x0, sinks, gain_decay where set
+
+    @property
+    def x0(self) -> dict[str, Any] | None:
+        return self.options.get("x0")
+
+    @property
+    def sinks(self) -> bool:
+        return bool(self.options.get("sinks"))
+
+    @property
+    def gain_decay(self) -> bool:
+        return bool(self.options.get("gain_decay"))
 
     @property
     def n_layers(self) -> int:
@@ -269,6 +310,7 @@ class ResolvedPlacement:
             d["residual"] = dict(self.residual)
         if self.gate != "none":
             d["gate"] = self.gate
+        d.update(self.options)
         return d
 
     @property
@@ -295,7 +337,8 @@ class ResolvedPlacement:
     def describe(self) -> str:
         """Compact one-line summary, e.g. ``ai ao fi fo | fin  [rmsnorm]`` or, with per-layer
         blocks, ``L0: ai q k v fi; L1-3: q k v ap | fin  [rmsnorm]``. A site's tag ends in ``F`` at
-        ``full`` granularity and ``D`` with ``depth_scale``; block options follow, e.g.
+        ``full`` granularity, ``D`` with ``depth_scale``, ``0`` when weightless and ``+`` with a 1 + w
+        gain; block options follow, e.g.
         ``ai fi | fin  [rmsnorm]  +gate:elementwise  +residual(alpha=2.21, beta=0.452)``."""
         specs = [s for b in self.blocks for _, s in b] + [n for n in (self.embed, self.final) if n]
         kinds = sorted({s.kind for s in specs})
@@ -307,6 +350,7 @@ class ResolvedPlacement:
                 tag += "F"
             if spec.depth_scale:
                 tag += "D"
+            tag += GAIN_TAGS.get(spec.gain, "")
             if common is None:
                 tag += ":" + spec.kind
             return tag
@@ -321,4 +365,5 @@ class ResolvedPlacement:
             body = "; ".join(f"L{layer_span(ix)}: {block(b)}" for ix, b in groups)
         model = [site(n, s) for n, s in (("embed", self.embed), ("final", self.final)) if s]
         text = body + (" | " + " ".join(model) if model else "")
-        return text + (f"  [{common}]" if common else "") + describe_options(self.residual, self.gate)
+        return text + (f"  [{common}]" if common else "") + describe_options(
+            self.residual, self.gate, self.x0, self.sinks, self.gain_decay)

@@ -71,7 +71,7 @@ def optimizer(model: Transformer, train: TrainConfig, lr: float):
     """AdamW with weight decay on matrices and embeddings, none on norm parameters, each group's lr
     and decay as the model's parametrization says (:meth:`Transformer.param_groups`), and the
     warmup-then-decay schedule stepped every optimizer step."""
-    groups = model.param_groups(lr, train.weight_decay)
+    groups = model.param_groups(lr, train.weight_decay, train.gain_decay)
     opt = torch.optim.AdamW(groups, lr=lr, betas=(train.beta1, train.beta2), foreach=True)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(train))
 

@@ -11,7 +11,23 @@ from normsearch.model import build_model
 from normsearch.show import block_picture, norm_param_count, show_text
 from normsearch.spec import BLOCK_SITES, Placement
 
-WANT = json.loads((Path(__file__).parent / "fixtures" / "show_v1.json").read_text())
+# Written before the site table; since the context norm site (ctx) exists, the step before attn_out
+# is drawn as three lines: the softmax-weighted sum, the ctx site, W_o. Nothing else changed.
+_OLD_STEP = "│ RoPE, softmax(qk^T/sqrt(d)) v, W_o"
+
+
+def _with_ctx(text: str) -> str:
+    out = []
+    for line in text.split("\n"):
+        if line.endswith(_OLD_STEP):
+            pad = line[: -len(_OLD_STEP)]
+            out += [pad + "│ RoPE, softmax(qk^T/sqrt(d)) v", pad + f"│ {'ctx':<9} -", pad + "│ W_o"]
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+WANT = {k: _with_ctx(v) for k, v in json.loads((Path(__file__).parent / "fixtures" / "show_v1.json").read_text()).items()}
 CUSTOM = Placement.from_dict({
     "embed": {"kind": "dyt", "alpha_init": 1.5},
     "block": {"q": {"kind": "layernorm", "granularity": "full", "bias": False}, "ffn_mid": "rmsnorm",

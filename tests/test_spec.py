@@ -93,11 +93,11 @@ overrides:
 @pytest.mark.parametrize("text, message", [
     ("block: {atn_in: rmsnorm}", "unknown site 'atn_in' (did you mean 'attn_in'?)"),
     ("block: {attn_in: batchnorm}", "unknown norm kind 'batchnorm'; known: layernorm, rmsnorm, dyt"),
-    ("block: {attn_in: {kind: rmsnorm, granularity: head}}", "granularity is only for the q, k and v sites"),
+    ("block: {attn_in: {kind: rmsnorm, granularity: head}}", "granularity is only for the q, k, v and ctx sites"),
     ("block: {q: {kind: rmsnorm, granularity: heads}}", "unknown granularity 'heads'"),
     ("block: {attn_in: {kind: rmsnorm, bias: true}}", "norm kind 'rmsnorm' has no option 'bias'"),
     ("block: {attn_in: {kind: rmsnorm, eps: -1}}", "eps must be a finite number > 0"),
-    ("block: {attn_in: {kind: layernorm, gain: 1}}", "gain must be true or false"),
+    ("block: {attn_in: {kind: layernorm, gain: 1}}", "gain must be vector (or true), none (or false) or one_plus"),
     ("block: {embed: rmsnorm}", "embed and final are model-level"),
     ("attn_in: rmsnorm", "block sites go under `block:`"),
     ("block: {attn_in: rmsnorm}\nfinal: 3", "expected a norm kind, a mapping or null"),
@@ -216,10 +216,12 @@ def test_the_site_table_is_the_one_source_of_site_names_widths_and_abbreviations
     from normsearch.config import ModelConfig
     from normsearch.spec import MODEL_SITES, SITE, SITE_ABBREV, SITE_TABLE, SITES
 
-    assert SITES == ("embed", "attn_in", "q", "k", "v", "attn_out", "attn_post",
+    from normsearch.spec import HEAD_SITES
+
+    assert SITES == ("embed", "attn_in", "q", "k", "v", "ctx", "attn_out", "attn_post",
                      "ffn_in", "ffn_mid", "ffn_out", "ffn_post", "final")
     assert [s.name for s in SITE_TABLE] == list(SITES) and MODEL_SITES == ("embed", "final")
-    assert BLOCK_SITES == SITES[1:-1] and QKV_SITES == ("q", "k", "v")
+    assert BLOCK_SITES == SITES[1:-1] and QKV_SITES == ("q", "k", "v") and HEAD_SITES == ("q", "k", "v", "ctx")
     assert list(SITE_ABBREV) == [*BLOCK_SITES, "embed", "final"]  # the report's legend order
     assert len(set(SITE_ABBREV.values())) == len(SITES)
     cfg = ModelConfig(d_model=48, n_heads=4, ffn="swiglu")
@@ -229,6 +231,7 @@ def test_the_site_table_is_the_one_source_of_site_names_widths_and_abbreviations
     assert SITE["q"].features(NormSpec("rmsnorm", "full"), cfg) == 48
     assert SITE["q"].per_head(rms.at("q")) and not SITE["q"].per_head(NormSpec("rmsnorm", "full"))
     assert not SITE["attn_in"].per_head(rms) and SITE["final"].features(rms, cfg) == 48
+    assert SITE["ctx"].features(rms.at("ctx"), cfg) == 12 and SITE["ctx"].per_head(rms.at("ctx"))
 
 
 def test_layer_span_and_fraction_layers():

@@ -47,7 +47,7 @@ def _entry(site: str, spec: NormSpec | None, config: ModelConfig, layer: int = 0
 def architecture(resolved: ResolvedPlacement, config: ModelConfig) -> dict[str, Any]:
     """config.json: the model config (with ``head_dim`` and ``ffn_dim`` worked out), the block's
     sites in data-flow order, every norm as ``{kind, options, width, per_head}`` (plus ``scale``
-    with depth_scale), and the block options ``residual`` and ``gate``."""
+    with depth_scale), and the block options ``residual``, ``gate``, and ``x0`` and ``sinks`` where set."""
     return {
         "format": FORMAT,
         "arch_id": resolved.arch_id,
@@ -63,6 +63,7 @@ def architecture(resolved: ResolvedPlacement, config: ModelConfig) -> dict[str, 
         },
         "residual": dict(resolved.residual),
         "gate": resolved.gate,
+        **{k: v for k, v in (("x0", resolved.x0), ("sinks", resolved.sinks)) if v},
     }
 
 

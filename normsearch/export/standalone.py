@@ -11,9 +11,11 @@ weights load with strict=True:
 
 ``Block.forward`` is normsearch's own, site for site (normsearch/model.py; a test keeps the
 two the same); a site without a norm is an identity. config.json's ``residual`` (the weight
-alpha of the stream, the branch gains, the init's beta) and ``gate`` (a sigmoid gate on the
-attention output) are the block options; a norm entry's ``scale`` is a fixed factor on its
-output (LayerNorm Scaling's 1 / sqrt(layer + 1)).
+alpha of the stream, the branch gains, the learned stream multipliers, the init's beta),
+``gate`` (a sigmoid gate on the attention output), ``x0`` (the embedding's output re-injected
+into every block) and ``sinks`` (a learned per-head attention-sink logit) are the block options;
+a norm entry's ``scale`` is a fixed factor on its output (LayerNorm Scaling's 1 / sqrt(layer +
+1)), and a norm whose options say ``gain: one_plus`` multiplies by 1 + weight.
 """
 
 from __future__ import annotations
@@ -72,16 +74,23 @@ class Norm(nn.Module):
         super().__init__()
         self.kind, self.opts, self.scale = kind, options, scale
         self.group = width if per_head else None
+        self.one_plus = options.get("gain") == "one_plus"  # the gain is 1 + weight
         for name, (shape, init) in kind.parameters(options).items():
-            value = torch.full((width,) if shape == "dim" else (), float(init))
+            init = float(init) - (1.0 if self.one_plus and name == "weight" else 0.0)
+            value = torch.full((width,) if shape == "dim" else (), init)
             self.register_parameter(name, nn.Parameter(value))
+
+    def params(self) -> dict:
+        if not self.one_plus:
+            return self._parameters
+        return {**self._parameters, "weight": 1.0 + self._parameters["weight"]}
 
     def forward(self, x: Tensor) -> Tensor:
         if self.group:
             x = x.unflatten(-1, (-1, self.group))
-            y = self.kind.forward(x, self._parameters, self.opts).flatten(-2)
+            y = self.kind.forward(x, self.params(), self.opts).flatten(-2)
         else:
-            y = self.kind.forward(x, self._parameters, self.opts)
+            y = self.kind.forward(x, self.params(), self.opts)
         return y if self.scale == 1.0 else y * self.scale
 
     def add(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
@@ -103,21 +112,42 @@ def site_norm(entry: dict | None, kinds: dict[str, type]) -> nn.Module:
 PLAIN = {"alpha": 1.0, "beta": 1.0, "gain": "none", "gain_init": None, "scaled_init": True}
 
 
-class Residual(nn.Module):
-    """``stream(x)`` = alpha * x; ``attn(h)`` / ``ffn(h)`` = the branch's learnable gain
-    (``scalar`` or ``vector``) times h, the identity without one."""
+def layer_value(init, layer: int, n_layers: int) -> float:
+    """An init at layer ``layer``: a number, or [first, last] spread linearly over the layers."""
+    if isinstance(init, (list, tuple)):
+        return init[0] + (init[1] - init[0]) * layer / max(n_layers - 1, 1)
+    return float(init)
 
-    def __init__(self, options: dict, dim: int):
+
+class Residual(nn.Module):
+    """``enter(x)``: the block's learned stream multiplier times x (``stream: block``);
+    ``stream(x, sublayer)`` = alpha (times the sublayer's learned multiplier under ``stream:
+    sublayer``) times x; ``attn(h)`` / ``ffn(h)`` = the branch's learnable gain (``scalar`` or
+    ``vector``) times h, the identity without one."""
+
+    def __init__(self, options: dict, dim: int, layer: int = 0, n_layers: int = 1):
         super().__init__()
         self.alpha = float(options["alpha"])
         self.gain = options["gain"]
+        self.stream_kind = options.get("stream", "none")
         if self.gain != "none":
             shape = (dim,) if self.gain == "vector" else ()
             for name in ("attn_gain", "ffn_gain"):
-                init = torch.full(shape, float(options["gain_init"]))
+                init = torch.full(shape, layer_value(options["gain_init"], layer, n_layers))
                 self.register_parameter(name, nn.Parameter(init))
+        if self.stream_kind != "none":
+            init = layer_value(options.get("stream_init", 1.0), layer, n_layers)
+            names = ("attn_stream", "ffn_stream") if self.stream_kind == "sublayer" else ("block_stream",)
+            for name in names:
+                self.register_parameter(name, nn.Parameter(torch.tensor(init)))
 
-    def stream(self, x: Tensor) -> Tensor:
+    def enter(self, x: Tensor) -> Tensor:
+        return self.block_stream * x if self.stream_kind == "block" else x
+
+    def stream(self, x: Tensor, sublayer: str = "attn") -> Tensor:
+        if self.stream_kind == "sublayer":
+            s = getattr(self, f"{sublayer}_stream")
+            return (self.alpha * s) * x if self.alpha != 1.0 else s * x
         return x if self.alpha == 1.0 else self.alpha * x
 
     def attn(self, h: Tensor) -> Tensor:
@@ -125,6 +155,39 @@ class Residual(nn.Module):
 
     def ffn(self, h: Tensor) -> Tensor:
         return h if self.gain == "none" else self.ffn_gain * h
+
+
+class X0(nn.Module):
+    """x0 re-injected into a block: lambda * x0, lambda one learned scalar (``gate: scalar``)
+    or per token x0 . w + b (``gate: linear``); ``at`` says where (``input``: the block's
+    input; ``attn``: with the attention branch)."""
+
+    def __init__(self, options: dict, dim: int, layer: int = 0, n_layers: int = 1):
+        super().__init__()
+        self.at, self.kind = options["at"], options["gate"]
+        init = layer_value(options["init"], layer, n_layers)
+        if self.kind == "scalar":
+            self.lam = nn.Parameter(torch.tensor(init))
+        else:
+            self.gate = nn.Linear(dim, 1, bias=True)
+            nn.init.zeros_(self.gate.weight)
+            nn.init.constant_(self.gate.bias, init)
+
+    def forward(self, x0: Tensor) -> Tensor:
+        return (self.lam if self.kind == "scalar" else self.gate(x0)) * x0
+
+
+def sink_attention(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor, scale: float | None,
+                   dropout: float, training: bool) -> Tensor:
+    """Causal attention where head h's softmax has one more logit, sinks[h], with no value."""
+    B, H, T, D = q.shape
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    logits = (q @ k.transpose(-2, -1)) * scale
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    logits = logits.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(logits.dtype).view(1, H, 1, 1).expand(B, H, T, 1)
+    p = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :T]
+    return F.dropout(p, dropout, training) @ v
 
 
 def add_norm(
@@ -161,8 +224,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Causal self-attention; the q, k and v norms are the block's, passed in. With a gate
-    (``head`` or ``elementwise``), SDPA's output is multiplied by sigmoid(x W_g) before W_o."""
+    """Causal self-attention; the q, k, v and ctx norms are the block's, passed in. With a gate
+    (``head`` or ``elementwise``), the output is multiplied by sigmoid(x W_g) before W_o; with
+    sinks, each head's softmax has one more learned logit that takes no value."""
 
     def __init__(self, c: dict):
         super().__init__()
@@ -173,11 +237,13 @@ class Attention(nn.Module):
         gate = c.get("gate", "none")
         width = C if gate == "elementwise" else self.n_heads
         self.gate = None if gate == "none" else nn.Linear(C, width, bias=False)
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if c.get("sinks") else None
         m = width_mult(c)  # muP's 1/d attention: 1/sqrt(head_dim), times m^-1/2
         self.scale = None if m == 1.0 else 1.0 / math.sqrt(self.head_dim * m)
 
     def forward(
-        self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope
+        self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope,
+        nctx: nn.Module = IDENTITY,
     ) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)
@@ -186,12 +252,15 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         drop = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
-        if self.gate is not None:  # [gate] on SDPA's output, before W_o
+        if self.sinks is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop, scale=self.scale)
+        else:
+            y = sink_attention(q, k, v, self.sinks, self.scale, drop, self.training)
+        y = nctx(y.transpose(1, 2).reshape(B, T, C))  # [ctx] on the heads' output, before W_o
+        if self.gate is not None:  # [gate] on the attention's output, before W_o
             g = torch.sigmoid(self.gate(x)).view(B, T, self.n_heads, -1)
-            y = y * g.transpose(1, 2)
-        y = self.out(y.transpose(1, 2).reshape(B, T, C))
-        return F.dropout(y, drop, self.training)
+            y = (y.view(B, T, self.n_heads, -1) * g).flatten(-2)
+        return F.dropout(self.out(y), drop, self.training)
 
 
 class FFN(nn.Module):
@@ -222,24 +291,30 @@ class FFN(nn.Module):
 class Block(nn.Module):
     """One layer; ``sites`` maps the sites that have a norm to their entries in config.json."""
 
-    def __init__(self, sites: dict, c: dict, kinds: dict[str, type]):
+    def __init__(self, sites: dict, c: dict, kinds: dict[str, type], layer: int = 0):
         super().__init__()
-        self.norms = nn.ModuleDict(
-            {name: site_norm(sites.get(name), kinds) for name in c["sites"]}
-        )
+        names = dict.fromkeys([*c["sites"], "ctx"])  # config.json files from before the ctx site lack it
+        self.norms = nn.ModuleDict({name: site_norm(sites.get(name), kinds) for name in names})
         self.attn = Attention(c)
         self.ffn = FFN(c)
-        self.residual = Residual(c.get("residual") or PLAIN, c["d_model"])
+        L = c["n_layers"]
+        self.residual = Residual(c.get("residual") or PLAIN, c["d_model"], layer, L)
+        self.x0 = X0(c["x0"], c["d_model"], layer, L) if c.get("x0") else None
 
-    def forward(self, x: Tensor, rope=None) -> Tensor:
-        n, r = self.norms, self.residual
+    def forward(self, x: Tensor, rope=None, x0: Tensor | None = None) -> Tensor:
+        n, r, j = self.norms, self.residual, self.x0
+        x = r.enter(x)                                    # the block's stream multiplier (stream: block)
+        if j is not None and j.at == "input":
+            x = x + j(x0)                                 # x0 into the block's input (nanochat)
         h = n.attn_in(x)                                  # [attn_in]
-        h = self.attn(h, n.q, n.k, n.v, rope)             # [q] [k] [v] before RoPE; the gate on SDPA's output
+        h = self.attn(h, n.q, n.k, n.v, rope, n.ctx)      # [q] [k] [v] before RoPE; [ctx], the gate on its output
         h = r.attn(n.attn_out(h))                         # [attn_out], then the branch gain
-        x, h = add_norm(r.stream(x), h, n.attn_post, n.ffn_in)  # x = [attn_post](alpha x + h); h = [ffn_in](x)
+        if j is not None and j.at == "attn":
+            h = h + j(x0)                                 # x0 with the attention branch (modded-nanogpt)
+        x, h = add_norm(r.stream(x, "attn"), h, n.attn_post, n.ffn_in)  # x = [attn_post](s x + h); h = [ffn_in](x)
         h = self.ffn(h, n.ffn_mid)                        # [ffn_mid] after the activation
         h = r.ffn(n.ffn_out(h))                           # [ffn_out], then the branch gain
-        x, _ = add_norm(r.stream(x), h, n.ffn_post)       # x = [ffn_post](alpha x + h)
+        x, _ = add_norm(r.stream(x, "ffn"), h, n.ffn_post)  # x = [ffn_post](s x + h)
         return x
 
 
@@ -257,7 +332,7 @@ class Transformer(nn.Module):
         self.norms = nn.ModuleDict(
             {site: site_norm(c["norms"][site], kinds) for site in ("embed", "final")}
         )
-        self.blocks = nn.ModuleList(Block(b, c, kinds) for b in c["norms"]["blocks"])
+        self.blocks = nn.ModuleList(Block(b, c, kinds, i) for i, b in enumerate(c["norms"]["blocks"]))
         self.lm_head = nn.Linear(C, c["vocab_size"], bias=False)
         if c["tie_embeddings"]:
             self.lm_head.weight = self.wte.weight
@@ -273,8 +348,8 @@ class Transformer(nn.Module):
         beta, C = res["beta"], c["d_model"]
         branch = ("attn.out.weight", "ffn.down.weight", "ffn.up.weight", "ffn.gate.weight")
         for name, p in self.named_parameters():
-            if ".norms." in f".{name}" or ".residual." in f".{name}":
-                continue  # norm gains start at 1, biases at 0, DyT alpha at its init
+            if any(f".{part}." in f".{name}" for part in ("norms", "residual", "x0")) or name.endswith(".attn.sinks"):
+                continue  # norm gains start at 1, biases at 0, DyT alpha at its init; x0 and sinks as built
             dist, std = init_std(c, name, p.shape[-1], res["scaled_init"])
             if dist == "trunc":
                 nn.init.trunc_normal_(p, 0.0, std, -3.0 * std, 3.0 * std)
@@ -302,8 +377,9 @@ class Transformer(nn.Module):
         rope = None
         if c["rope"]:
             rope = rope_tables(T, c, idx.device, self.wte.weight.dtype)
+        x0 = x  # the stream entering block 0, re-injected where config.json's x0 says
         for block in self.blocks:
-            x = block(x, rope)
+            x = block(x, rope, x0)
         logits = self.lm_head(self.norms.final(x))  # [final]
         m = width_mult(c)
         return logits if m == 1.0 else logits * (1.0 / m)  # muP's output multiplier
@@ -316,7 +392,10 @@ def init_std(c: dict, name: str, fan_in: int, scaled: bool) -> tuple[str, float]
     N(0, init_std); truncnormal: that, trunc; mixln: embeddings N(0, sqrt(2/5)), the rest
     N(0, init_std); smallmegatron: trunc N(0, s), s = sqrt(2/(5d)), W_o and W_down s / sqrt(2L)
     (scaled), an untied head 1/sqrt(d); fairseq: embeddings and head N(0, 1/sqrt(d)), q, k, v
-    U(1/sqrt(2d)), W_o U(1/sqrt(d)), other matrices U(1/sqrt(3 fan_in)). The init is normsearch's
+    U(1/sqrt(2d)), W_o U(1/sqrt(d)), other matrices U(1/sqrt(3 fan_in)); modded: embeddings
+    and head N(0, 0.005), W_down 0, other matrices U(0.5/sqrt(d)); nanochat: embeddings N(0,
+    0.8), head N(0, 0.001), q, k, v U(1/sqrt(d)), W_o and W_down 0, other matrices U(0.4/sqrt(d)).
+    The init is normsearch's
     at mup_base_width == d_model (its mup factors are left out)."""
     init, d, std0, L = c["init"], c["d_model"], c["init_std"], c["n_layers"]
     kinds = {"wte.weight": "embed", "wpe.weight": "embed", "lm_head.weight": "head",
@@ -340,6 +419,16 @@ def init_std(c: dict, name: str, fan_in: int, scaled: bool) -> tuple[str, float]
         if kind in ("qkv", "out"):
             return "uniform", 1.0 / math.sqrt(2.0 * d if kind == "qkv" else d)
         return "uniform", 1.0 / math.sqrt(3.0 * fan_in)
+    if init == "modded":
+        if kind in ("embed", "head"):
+            return "normal", 0.005
+        return "uniform", (0.0 if kind == "down" else 0.5 / math.sqrt(d))
+    if init == "nanochat":
+        if kind in ("embed", "head"):
+            return "normal", (0.8 if kind == "embed" else 0.001)
+        if kind in ("out", "down"):
+            return "uniform", 0.0
+        return "uniform", (1.0 if kind == "qkv" else 0.4) / math.sqrt(d)
     raise ValueError(f"unknown init {init!r}")
 
 
