@@ -418,6 +418,17 @@ def bench_kernels(ctx: typer.Context):
     raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
 
 
+@bench_app.command("options", context_settings=OVERRIDES)
+@user_errors
+def bench_options(ctx: typer.Context):
+    """What each norm option costs: Pre-LN with one option at a time (gains, q/k/v, ctx, embed norm, residual
+    scalars, x0, sinks, gate) and the 2026 baselines, training tokens/s as a ratio to Pre-LN measured in the
+    same run (options: --layers, --d-model, --context, --batch, --rounds, --only, --json)."""
+    from ._option_cost import main as bench_main
+
+    raise typer.Exit(bench_errors(bench_main, list(ctx.args)))
+
+
 @bench_app.command("trial", context_settings=OVERRIDES)
 @user_errors
 def bench_trial(ctx: typer.Context):

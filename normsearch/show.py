@@ -30,6 +30,8 @@ def _label(spec: NormSpec | None) -> str:
     if spec.granularity:
         text += f"/{spec.granularity}"
     extra = {k: v for k, v in spec.opts.items() if NORM_KINDS[spec.kind].options[k] != v}
+    if "gain" in extra:
+        extra["gain"] = spec.gain  # vector, none or one_plus, as a spec writes it
     if extra:
         text += " (" + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in extra.items()) + ")"
     if spec.depth_scale:
@@ -48,8 +50,9 @@ def options_lines(r: ResolvedPlacement) -> list[str]:
         gain = "no gain" if res["gain"] == "none" else f"{res['gain']} gain from {_init(res['gain_init'])}"
         init = "scaled init of W_o, W_down" if res["scaled_init"] else "no scaled init"
         stream = res.get("stream", "none")
-        s = "" if stream == "none" else " s"
-        lines.append(f"residual: x = [post]({res['alpha']:.4g}{s} x + g f(x)); {gain}; v, W_o, FFN init "
+        s = "" if stream == "none" else (" s" if res["alpha"] != 1.0 else "s")
+        alpha = "" if res["alpha"] == 1.0 and s else f"{res['alpha']:.4g}"
+        lines.append(f"residual: x = [post]({alpha}{s} x + g f(x)); {gain}; v, W_o, FFN init "
                      f"x {res['beta']:.4g}; {init}")
         if stream != "none":
             where = "one per sublayer" if stream == "sublayer" else "one per block, on its input"

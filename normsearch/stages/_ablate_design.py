@@ -3,7 +3,7 @@ A's placement with some of those sites taken from B's, and the combinations of a
 leave-one-out) with their labels. Torch-free; no storage here.
 
 A site differs when its norm differs at any layer (or, for ``embed`` and ``final``, at all); the block
-options ``residual`` and ``gate`` are factors too when A and B differ in them. A combination takes
+options ``residual``, ``gate``, ``x0``, ``sinks`` and ``gain_decay`` are factors too when A and B differ in them. A combination takes
 each factor's site at every layer from A or from B as resolved at the study's depth, so per-layer
 overrides carry over; the mixed network is written back as a placement (the most common block, the
 others as per-layer overrides) whose ``arch_id`` is A's when nothing is taken from B and B's when
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from ..spec import BLOCK_SITES, SITE_ABBREV, SITES, Placement
 from ..stats.ablate import FULL, HALF, design_points
 
-OPTIONS = ("residual", "gate")  # block options: factors like sites when A and B differ in them
+OPTIONS = ("residual", "gate", "x0", "sinks", "gain_decay")  # block options: factors like sites where A and B differ
 FACTORS = (*SITES, *OPTIONS)
 INIT = "init"
-ABBREV = {**SITE_ABBREV, "residual": "res", "gate": "gate", INIT: "init"}
+ABBREV = {**SITE_ABBREV, "residual": "res", "gate": "gate", "x0": "x0", "sinks": "sinks", "gain_decay": "gd",
+          INIT: "init"}
 
 
 @dataclass
@@ -54,7 +55,7 @@ def differing(a: Placement, b: Placement, n_layers: int) -> list[str]:
 
 
 def mix(a: Placement, b: Placement, from_b, n_layers: int) -> Placement:
-    """``a`` with the factors ``from_b`` (sites, residual, gate) taken from ``b``, layer by layer."""
+    """``a`` with the factors ``from_b`` (sites, block options) taken from ``b``, layer by layer."""
     from_b = set(from_b)
     ra, rb = a.resolve(n_layers), b.resolve(n_layers)
     blocks = []
@@ -69,7 +70,8 @@ def mix(a: Placement, b: Placement, from_b, n_layers: int) -> Placement:
     side = lambda f: b if f in from_b else a  # noqa: E731
     return Placement(block=dict(base), embed=(rb if "embed" in from_b else ra).embed,
                      final=(rb if "final" in from_b else ra).final, overrides=tuple(overrides),
-                     residual=side("residual").residual, gate=side("gate").gate)
+                     residual=side("residual").residual, gate=side("gate").gate, x0=side("x0").x0,
+                     sinks=side("sinks").sinks, gain_decay=side("gain_decay").gain_decay)
 
 
 def fraction_of(design: str, k: int) -> str:
@@ -146,7 +148,8 @@ def single_changes(a: Side, b: Side, n_layers: int, sites: list[str] | None = No
     """Leave-one-out: A, A with each single change (:func:`changes`; with ``inits``, B's init too), and B
     (trained for the gap, not compared): one dict per combination, as :func:`combinations` gives."""
     ra, rb = a.placement.resolve(n_layers), b.placement.resolve(n_layers)
-    empty = Placement(residual=a.placement.residual, gate=a.placement.gate)
+    p = a.placement
+    empty = Placement(residual=p.residual, gate=p.gate, x0=p.x0, sinks=p.sinks, gain_decay=p.gain_decay)
     a_init = None if inits is None else inits[0]
     out = [_combo(a, b, a.label, a.placement, a_init, n_layers, change=None, in_design=True)]
     for f, how in changes(a, b, n_layers, sites):

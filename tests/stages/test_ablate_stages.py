@@ -41,6 +41,22 @@ def test_sites_where_they_differ_and_the_mixed_networks():
     assert [dict(b).keys() for b in half.blocks] == [{"attn_in", "attn_post", "ffn_in"}] + [{"attn_in", "ffn_in"}] * 3
 
 
+def test_the_2026_block_options_are_factors_where_a_and_b_differ():
+    """x0, sinks and gain_decay are factors like the residual and the gate; a weightless or 1 + w gain makes
+    its site differ (the site's norm differs)."""
+    modded, nanochat, pre = baseline("modded_nanogpt"), baseline("nanochat"), baseline("pre_ln")
+    assert differing(modded, pre, N) == ["embed", "attn_in", "q", "k", "ffn_in", "final", "residual", "x0"]
+    assert differing(modded, nanochat, N) == ["residual", "x0"]  # the same weightless sites
+    assert differing(baseline("qwen3_next"), baseline("gated_pre_ln"), N) == ["attn_in", "q", "k", "ffn_in", "final",
+                                                                            "gain_decay"]
+    assert differing(baseline("deepseek_v4"), pre, N)[-1] == "sinks"
+    one = mix(modded, pre, ["x0"], N).resolve(N)
+    assert one.x0 is None and one.residual == modded.resolve(N).residual
+    assert mix(modded, pre, differing(modded, pre, N), N).arch_id(N) == pre.arch_id(N)
+    dsv4 = baseline("deepseek_v4")
+    assert not mix(dsv4, pre, ["sinks"], N).sinks and mix(pre, dsv4, ["sinks"], N).sinks
+
+
 def test_the_designs_corners_labels_and_the_init_factor():
     a, b = _side("t6", baseline("peri_ln")), _side("pre_ln", baseline("pre_ln"), "gpt")
     factors = differing(a.placement, b.placement, N)  # attn_out, ffn_out
