@@ -220,22 +220,29 @@ _QWEN3_NEXT = "huggingface/transformers, src/transformers/models/qwen3_next/mode
 _DSV4 = "huggingface/transformers, src/transformers/models/deepseek_v4/modular_deepseek_v4.py"
 
 
-def _norm(kind: str, gain: str, granularity: str | None = None) -> NormSpec:
-    """A norm of ``kind`` with its gain as ``gain`` (vector, none, one_plus) where the kind has one;
-    weightless LayerNorm has no bias either."""
+#: ``F.rms_norm(x, shape)`` with eps None, as modded-nanogpt's and nanochat's ``norm()`` call it, takes the
+#: input dtype's machine epsilon: 2^-23 in float32 (their norms see the float32 or bf16 stream).
+TORCH_EPS = 2.0 ** -23
+
+
+def _norm(kind: str, gain: str, granularity: str | None = None, eps: float | None = None) -> NormSpec:
+    """A norm of ``kind`` with its gain as ``gain`` (vector, none, one_plus) where the kind has one, and
+    ``eps`` where given and the kind has one; weightless LayerNorm has no bias either."""
     opts = NORM_KINDS[kind].options
     extra = {"gain": gain} if "gain" in opts else {}
     if gain == "none" and "bias" in opts:
         extra["bias"] = False
+    if eps is not None and "eps" in opts:
+        extra["eps"] = eps
     return NormSpec(kind, granularity, **extra)
 
 
 def _weightless(kind: str, *sites: str) -> dict[str, NormSpec]:
-    return {s: _norm(kind, "none", "head" if s in ("q", "k", "v", "ctx") else None) for s in sites}
+    return {s: _norm(kind, "none", "head" if s in ("q", "k", "v", "ctx") else None, TORCH_EPS) for s in sites}
 
 
 @_baseline("modded_nanogpt", f"modded-nanogpt, the GPT-2 speedrun (record #89, 2026): {_MODDED}",
-           "weightless RMSNorm at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L952; "
+           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L952; "
            "QK norm L1106); per sublayer a learned stream multiplier (resid_lambdas, from sqrt(1.1), lr x 5) "
            "and branch multiplier (post_lambdas, from 1) (L1334-1338, L1638, L1665, lr_mul L2035-2036); x0 "
            "added with the attention branch through a per-token gate (L1638). Not expressed here: the x0 "
@@ -247,13 +254,13 @@ def _weightless(kind: str, *sites: str) -> dict[str, NormSpec]:
            init_source=f"{_MODDED}: GPT.__init__ (lm_head N(0, 0.005), the embedding a copy of it), "
                        "init_attn and init_mlp (uniform, std 0.5/sqrt(d); MLP c_proj zero)")
 def _modded_nanogpt(kind):
-    return Placement(_weightless(kind, "attn_in", "q", "k", "ffn_in"), embed=_norm(kind, "none"),
-                     final=_norm(kind, "none"), residual="scalars", x0="attn")
+    return Placement(_weightless(kind, "attn_in", "q", "k", "ffn_in"), embed=_norm(kind, "none", eps=TORCH_EPS),
+                     final=_norm(kind, "none", eps=TORCH_EPS), residual="scalars", x0="attn")
 
 
 @_baseline("nanochat", f"nanochat and autoresearch (Karpathy, 2026): {_NANOCHAT}",
-           "weightless RMSNorm at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L42; "
-           "Block.forward L151-152; QK norm L102); per block a learned multiplier on its input stream and x0 "
+           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L42; "
+           "Block.forward L151-152; QK norm L102, after RoPE, which a weightless norm commutes with); per block a learned multiplier on its input stream and x0 "
            "mixed in before the pre-norm, x = resid_lambdas[i] x + x0_lambdas[i] x0 (L500), from 1.15 to 1.05 "
            "and 0.20 to 0.05 over the layers (init_weights L238-241), the stream's lr 1/100 of x0's "
            "(setup_optimizer L442-443). Not expressed here: q and k times 1.2 after their norms, value "
@@ -263,12 +270,12 @@ def _modded_nanogpt(kind):
            init_source=f"{_NANOCHAT}: GPT.init_weights (wte N(0, 0.8), lm_head N(0, 0.001), q, k, v "
                        "uniform std 1/sqrt(d), c_fc 0.4x that, c_proj of attention and MLP zero)")
 def _nanochat(kind):
-    return Placement(_weightless(kind, "attn_in", "q", "k", "ffn_in"), embed=_norm(kind, "none"),
-                     final=_norm(kind, "none"), residual="lambdas", x0="input")
+    return Placement(_weightless(kind, "attn_in", "q", "k", "ffn_in"), embed=_norm(kind, "none", eps=TORCH_EPS),
+                     final=_norm(kind, "none", eps=TORCH_EPS), residual="lambdas", x0="input")
 
 
 @_baseline("qwen3_next", f"Qwen3-Next (Qwen team, 2025): {_QWEN3_NEXT}",
-           "pre-norm with zero-centred RMSNorm gains, x_hat (1 + w), w from 0 and weight-decayed (so decay "
+           "pre-norm with zero-centred RMSNorm gains (eps 1e-6), x_hat (1 + w), w from 0 and weight-decayed (so decay "
            "pulls the gain toward 1), at attn_in, per-head q and k, ffn_in and final; a sigmoid gate on the "
            "attention output, one logit per head and channel, from the attention's input. Dense attention "
            "layers only: not expressed here are the Gated DeltaNet layers (3 of 4), the MoE, partial RoPE",
@@ -276,12 +283,12 @@ def _nanochat(kind):
            init_source=f"{_QWEN3_NEXT}: Qwen3NextPreTrainedModel._init_weights (N(0, initializer_range 0.02) "
                        "for every Linear and Embedding; RMSNorm weights zero)")
 def _qwen3_next(kind):
-    block = {s: _norm(kind, "one_plus", "head" if s in ("q", "k") else None) for s in ("attn_in", "q", "k", "ffn_in")}
-    return Placement(block, final=_norm(kind, "one_plus"), gate="elementwise", gain_decay=True)
+    block = {s: _norm(kind, "one_plus", "head" if s in ("q", "k") else None, 1e-6) for s in ("attn_in", "q", "k", "ffn_in")}
+    return Placement(block, final=_norm(kind, "one_plus", eps=1e-6), gate="elementwise", gain_decay=True)
 
 
 @_baseline("deepseek_v4", f"DeepSeek-V4 (DeepSeek-AI, 2026), a dense-attention reading: {_DSV4}",
-           "pre-norm (attn_in, ffn_in, final, with gains); a weightless per-head q norm; the key and the "
+           "pre-norm (attn_in, ffn_in, final, with gains; eps 1e-6); a weightless per-head q norm; the key and the "
            "value normalised with a gain (V4's one KV head is both K and V, normed by kv_norm: here k and v "
            "norms per head, one gain each); a learned per-head attention sink. Not expressed here: MLA's "
            "low-rank q latent and its norm, K = V sharing and the single KV head, mHC's 4 residual streams and "
@@ -290,9 +297,9 @@ def _qwen3_next(kind):
            init_source=f"{_DSV4}: the PreTrainedModel's _init_weights (N(0, initializer_range) for every "
                        "Linear and Embedding); the training code is not public")
 def _deepseek_v4(kind):
-    block = {"attn_in": NormSpec(kind), "q": _norm(kind, "none", "head"), "k": NormSpec(kind, "head"),
-             "v": NormSpec(kind, "head"), "ffn_in": NormSpec(kind)}
-    return Placement(block, final=NormSpec(kind), sinks=True)
+    n = lambda gain="vector", g=None: _norm(kind, gain, g, 1e-6)  # noqa: E731  (rms_norm_eps 1e-6)
+    block = {"attn_in": n(), "q": n("none", "head"), "k": n(g="head"), "v": n(g="head"), "ffn_in": n()}
+    return Placement(block, final=n(), sinks=True)
 
 
 def baselines(kind: str = "rmsnorm") -> dict[str, Placement]:

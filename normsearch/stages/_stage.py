@@ -108,6 +108,31 @@ def stage_recipe(parent: Recipe, kind: str, **changes) -> Recipe:
     return replace(parent, name=stage_study_name(parent.name, kind), space=None, search=search, **changes)
 
 
+def resolution(search: float | None, given: float | None) -> float:
+    """A stage's sweep refinement in decades, 0 for none: ``given``, or when it is None the search's
+    ``train.lr_resolution`` (a stage stored before the setting existed was trained with that)."""
+    return float(given) if given is not None else float(search or 0)
+
+
+def with_sweep(train, lr_extend: int | None, lr_resolution: float | None):
+    """``train`` (a TrainConfig) with a stage's sweep: its ``lr_extend`` unless given, its refinement as
+    :func:`resolution` says (None: none)."""
+    return replace(train, lr_extend=train.lr_extend if lr_extend is None else lr_extend,
+                   lr_resolution=resolution(train.lr_resolution, lr_resolution) or None)
+
+
+def shared_settings(recipe: Recipe, settings: dict, keys) -> dict:
+    """The settings a stage's parts share (``keys``), in one form to compare with the stored ones: a
+    baseline list or a sweep extension left to the search (None) resolved to the search's, and the
+    refinement by :func:`resolution`, as the runs had them."""
+    out = {k: settings.get(k) for k in keys}
+    out["baselines"] = list(recipe.search.baselines if out["baselines"] is None else out["baselines"])
+    if out["lr_extend"] is None:
+        out["lr_extend"] = recipe.train.lr_extend
+    out["lr_resolution"] = resolution(recipe.train.lr_resolution, out["lr_resolution"])
+    return out
+
+
 def recipe_with(parent: Recipe, overrides: dict, what: str) -> Recipe:
     """The search's recipe with ``overrides`` (``section.key -> value``, as ``--section.key value``), checked
     as a recipe is, its space and stage sections dropped; a bad override is one line led by ``what``."""

@@ -22,8 +22,8 @@ from ..config import ModelConfig, from_mapping, to_mapping
 from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe, ladder_config
 from ..search import StudyHandle
-from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, stage_names,
-                     stage_recipe, train_stages)
+from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, shared_settings,
+                     stage_names, stage_recipe, train_stages, with_sweep)
 
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
@@ -185,10 +185,8 @@ def plan_rungs(parent: Recipe, cfg: LadderConfig) -> list[Rung]:
         if cfg.max_steps is not None:
             steps = min(steps, cfg.max_steps)
         scale = steps / t.steps
-        train = replace(t, steps=steps, warmup=min(steps, round(t.warmup * scale)),
-                        eval_every=max(1, round(t.eval_every * scale)),
-                        lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend,
-                        lr_resolution=resolution(t.lr_resolution, cfg.lr_resolution) or None)
+        train = with_sweep(replace(t, steps=steps, warmup=min(steps, round(t.warmup * scale)),
+                                   eval_every=max(1, round(t.eval_every * scale))), cfg.lr_extend, cfg.lr_resolution)
         out.append(Rung(i, dict(overrides), steps, n, stage_recipe(search, kind_of(i, cfg.name), model=model,
                                                                    train=train, data=parent.data)))
     for a, b in zip(out, out[1:]):
@@ -246,21 +244,11 @@ def entries(parent: StudyHandle, cfg: LadderConfig, mode: str) -> list[Entry]:
 
 
 def _normal(recipe: Recipe, settings: dict) -> dict:
-    """The shared settings in one form, to compare: a baseline list or a sweep extension left to the
-    search (None) resolved to the search's, as the runs had them."""
-    out = {k: settings.get(k) for k in SHARED}
-    out["baselines"] = list(recipe.search.baselines if out["baselines"] is None else out["baselines"])
-    if out["lr_extend"] is None:
-        out["lr_extend"] = recipe.train.lr_extend
-    out["lr_resolution"] = resolution(recipe.train.lr_resolution, out["lr_resolution"])
+    """The shared settings in one form, to compare (:func:`normsearch.stages._stage.shared_settings`), and
+    the overrides every rung shares."""
+    out = shared_settings(recipe, settings, SHARED)
     out["recipe"] = dict(out["recipe"] or {})
     return out
-
-
-def resolution(search: float | None, given: float | None) -> float:
-    """The sweep's refinement at each rung in decades, 0 for none: ``given``, or when it is None the
-    search's ``train.lr_resolution`` (a ladder stored before the setting existed was trained with that)."""
-    return float(given) if given is not None else float(search or 0)
 
 
 def settings_of(recipe: Recipe, cfg: LadderConfig, mode: str, i: int) -> dict:

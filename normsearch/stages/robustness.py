@@ -23,8 +23,8 @@ from ..errors import NormsearchError, unknown
 from ..recipe import Recipe
 from ..sections import RobustnessConfig
 from ..search import StudyHandle
-from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, stage_names,
-                     stage_recipe, train_stages)
+from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, shared_settings,
+                     stage_names, stage_recipe, train_stages, with_sweep)
 
 PREFIX = "robust-"
 BASE = "base"
@@ -106,30 +106,15 @@ def overrides_of(parent: Recipe, cfg: RobustnessConfig, name: str) -> dict:
 def variant_recipe(parent: Recipe, name: str, overrides: dict, cfg: RobustnessConfig) -> Recipe:
     """The search's recipe with the variant's overrides, checked as a recipe is (a bad override is one
     line naming the variant), as a stage's recipe; the sweep extended and refined as asked."""
-    from .ladder import resolution
-
     v = recipe_with(parent, overrides, f"robustness variant {name}")
-    t = v.train
-    train = replace(t, lr_extend=t.lr_extend if cfg.lr_extend is None else cfg.lr_extend,
-                    lr_resolution=resolution(t.lr_resolution, cfg.lr_resolution) or None)
+    train = with_sweep(v.train, cfg.lr_extend, cfg.lr_resolution)
     return stage_recipe(parent, kind_of(name), model=v.model, data=v.data, train=train)
-
-
-def _normal(recipe: Recipe, settings: dict) -> dict:
-    from .ladder import resolution
-
-    out = {k: settings.get(k) for k in SHARED}
-    out["baselines"] = list(recipe.search.baselines if out["baselines"] is None else out["baselines"])
-    if out["lr_extend"] is None:
-        out["lr_extend"] = recipe.train.lr_extend
-    out["lr_resolution"] = resolution(recipe.train.lr_resolution, out["lr_resolution"])
-    return out
 
 
 def settings_of(recipe: Recipe, cfg: RobustnessConfig, name: str) -> dict:
     from ..config import to_mapping
 
-    d = _normal(recipe, to_mapping(cfg))
+    d = shared_settings(recipe, to_mapping(cfg), SHARED)
     d["variant"] = name
     d["overrides"] = overrides_of(recipe, cfg, name)
     return d
@@ -170,7 +155,7 @@ def resolve(parent: StudyHandle, given: dict, report_only: bool = False) -> Robu
     want["define"] = define
     cfg = from_mapping(RobustnessConfig, want, "robustness")
     if first is not None:
-        now, was = _normal(parent.recipe, want), _normal(parent.recipe, first)
+        now, was = shared_settings(parent.recipe, want, SHARED), shared_settings(parent.recipe, first, SHARED)
         for k in SHARED:
             if now[k] != was[k]:
                 raise NormsearchError(f"the robustness variants of study {parent.recipe.name!r} were trained with "
