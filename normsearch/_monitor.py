@@ -84,13 +84,13 @@ def _diagnostics(model: Transformer, windows: torch.Tensor, autocast) -> dict[st
     for site in BLOCK_SITES:
         norms = [b.norms[site] for b in model.blocks]
         if any(n.present for n in norms):
-            gains[site] = [_mean(getattr(n, "weight", None)) for n in norms]
+            gains[site] = [_gain(n) for n in norms]
             if any(hasattr(n, "alpha") for n in norms):
                 alphas[site] = [_mean(getattr(n, "alpha", None)) for n in norms]
     for site in ("embed", "final"):
         n = model.norms[site]
         if n.present:
-            gains[site] = [_mean(getattr(n, "weight", None))]
+            gains[site] = [_gain(n)]
             if hasattr(n, "alpha"):
                 alphas[site] = [_mean(n.alpha)]
     return {
@@ -104,6 +104,12 @@ def _diagnostics(model: Transformer, windows: torch.Tensor, autocast) -> dict[st
 
 def _mean(p) -> float | None:
     return None if p is None else float(p.detach().float().mean())
+
+
+def _gain(norm) -> float | None:
+    """A norm's mean gain as it multiplies: 1 + w under a ``one_plus`` gain, w otherwise; None without one."""
+    w = getattr(norm, "weight", None)
+    return None if w is None else _mean(w + 1.0 if getattr(norm, "one_plus", False) else w)
 
 
 class Monitor(pl.Callback):

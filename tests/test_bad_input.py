@@ -38,6 +38,8 @@ def variant(**sections: str) -> str:
     return "\n".join(v.replace("\0", "\n") for v in lines.values() if v is not None) + "\n"
 
 
+SPACE_SITES = "kind: rmsnorm, sites: {attn_in: [none, norm], attn_out: [none, norm], ffn_in: [none, norm], final: [norm]}"
+
 #: recipe files of the world, by name: text, or bytes written as they are
 RECIPES: dict[str, str | bytes] = {
     "binary": b"\x00\x01\x02name: x\n\xff\xfe",
@@ -126,6 +128,28 @@ RECIPES: dict[str, str | bytes] = {
     "storage_masked": GOOD + "storage: postgresql://ann:***@localhost/db\n",
     "results_on_file": variant(results_dir="results_dir: short.txt"),
     "results_number": variant(results_dir="results_dir: 5"),
+    # the 2026 speedruns' options (issue 28): in a recipe's space and train sections
+    "space_x0_sideways": variant(space=f"space: {{{SPACE_SITES}, options: {{x0: [none, sideways]}}}}"),
+    "space_gain_two": variant(space=f"space: {{{SPACE_SITES}, options: {{gain: [vector, 2]}}}}"),
+    "space_sinks_maybe": variant(space=f"space: {{{SPACE_SITES}, options: {{sinks: [off, maybe]}}}}"),
+    "space_ctx_granularity": variant(space=f"space: {{{SPACE_SITES}, granularity: {{attn_in: full}}}}"),
+    "train_gain_decay_maybe": variant(train="train: {gain_decay: maybe}"),
+}
+
+#: placement specs with a bad 2026 option (issue 28), written as spec_<name>.yaml: (text, message)
+BAD_SPECS = {
+    "x0_middle": ("block: {attn_in: rmsnorm}\nx0: {at: middle}\n", "x0.at: unknown place 'middle'; known: input, attn"),
+    "stream_sideways": ("block: {attn_in: rmsnorm}\nresidual: {stream: sideways}\n",
+                        "residual.stream: unknown stream 'sideways'; known: none, sublayer, block"),
+    "stream_init_alone": ("block: {attn_in: rmsnorm}\nresidual: {stream_init: 2}\n",
+                          "residual.stream_init and stream_lr need a stream multiplier (stream: sublayer or block)"),
+    "sinks_maybe": ("block: {attn_in: rmsnorm}\nsinks: maybe\n", "sinks must be true or false, not 'maybe'"),
+    "gain_two": ("block: {attn_in: {kind: rmsnorm, gain: 2}}\n",
+                 "rmsnorm.gain must be vector (or true), none (or false) or one_plus, not 2"),
+    "gain_decay_one": ("block: {attn_in: rmsnorm}\ngain_decay: 1\n", "gain_decay must be true or false, not 1"),
+    "x0_gate_mlp": ("block: {attn_in: rmsnorm}\nx0: {at: input, gate: mlp}\n", "x0.gate: unknown gate 'mlp'"),
+    "ctx_granularity": ("block: {attn_in: {kind: rmsnorm, granularity: full}}\n",
+                        "granularity is only for the q, k, v and ctx sites"),
 }
 
 SPACES = {"binary_space.yaml": b"\x00sites:\x00", "latin1_space.yaml": "description: caf\xe9\n".encode("latin-1")}
@@ -155,6 +179,8 @@ def make_world(root: Path) -> None:
     (root / "spec_binary.yaml").write_bytes(b"block:\x00\xff")
     (root / "spec_latin1.yaml").write_bytes("block: {attn_in: rmsn\xf6rm}\n".encode("latin-1"))
     (root / "spec_typo.yaml").write_text("block: {atn_in: rmsnorm}\n")
+    for name, (text, _) in BAD_SPECS.items():
+        (root / f"spec_{name}.yaml").write_text(text)
     (root / "notes").mkdir()
     (root / "notes" / "mine.png").write_text("the user's own file")
     (root / "results").mkdir()
@@ -233,11 +259,17 @@ RECIPE_MESSAGES = {
     "storage_env_unset": "NORMSEARCH_TEST_UNSET is not set", "storage_env_bad": "names an environment variable",
     "storage_masked": "password is not kept", "results_on_file": "is a file, not a folder",
     "results_number": "results_dir must be",
+    "space_x0_sideways": "space options.x0: unknown choice 'sideways'; known: none, input, attn",
+    "space_gain_two": "space options.gain: unknown choice 2; known: vector, none, one_plus",
+    "space_sinks_maybe": "space options.sinks: unknown choice 'maybe'; known: off, on",
+    "space_ctx_granularity": "only q, k, v and ctx have one, not 'attn_in'",
+    "train_gain_decay_maybe": "train.gain_decay must be true",
 }
 NOT_TRAIN = {  # train reads model, data and train only: the rest of these is no concern of it
     "trials_negative", "search_seed_negative", "sampler_unknown", "baseline_unknown", "heartbeat_zero",
     "trials_no_space", "space_too_small", "storage_garbage", "storage_sqlite_on_file", "storage_sqlite_a_folder",
     "storage_journal_no_folder", "storage_env_unset", "storage_env_bad", "storage_masked", "results_on_file",
+    "space_x0_sideways", "space_gain_two", "space_sinks_maybe", "space_ctx_granularity",
 }
 for name, message in RECIPE_MESSAGES.items():
     case(f"validate-{name}", "validate", f"{name}.yaml", msg=message)
@@ -344,6 +376,12 @@ for id_, args, message in [
     ("bench-kernels-dtype", ["bench", "kernels", "--dtype", "int3"], "--dtype"),
 ]:
     case(f"show-{id_}" if args[0] == "show" else id_, *args, msg=message)
+
+# -- placement specs with a bad 2026 option (issue 28), through show and train -p ---------------------
+for name, (_, message) in BAD_SPECS.items():
+    case(f"show-spec-{name}", "show", f"spec_{name}.yaml", msg=f"spec_{name}.yaml:")
+    case(f"show-spec-{name}-says", "show", f"spec_{name}.yaml", msg=message)
+    case(f"train-spec-{name}", "train", "good.yaml", "-p", f"spec_{name}.yaml", msg=message)
 
 # -- status, report, export: read-only commands write nothing --------------------------------------
 for cmd in ("status", "report"):

@@ -236,3 +236,129 @@ def test_an_exported_mup_model_computes_the_same_logits(tmp_path, one_thread):
     import json
 
     assert json.loads((out / "config.json").read_text())["parametrization"] == "mup"
+
+
+# --------------------------------------------------------------------------------------------------
+# The 2026 speedruns (issue 28): the residual's and x0's own learning rates, weight decay on gains
+
+
+def _groups_by_name(model, *args, **kw):
+    """parameter name -> (lr, weight_decay) of its AdamW group; every parameter in exactly one group."""
+    groups = model.param_groups(*args, **kw)
+    by_id = {}
+    for g in groups:
+        for p in g["params"]:
+            assert id(p) not in by_id
+            by_id[id(p)] = (g["lr"], g["weight_decay"])
+    named = dict(model.named_parameters())
+    assert set(by_id) == {id(p) for p in named.values()}
+    return {n: by_id[id(p)] for n, p in named.items()}, groups
+
+
+def test_stream_gain_and_x0_learning_rates_land_in_their_groups():
+    from normsearch.spec import Placement
+
+    placement = Placement.from_yaml(
+        "block: {attn_in: rmsnorm, ffn_in: rmsnorm}\nfinal: rmsnorm\n"
+        "residual: {stream: sublayer, stream_lr: 5, gain: vector, gain_init: 1, gain_lr: 0.5}\n"
+        "x0: {at: attn, gate: linear, lr: 3}\nsinks: true")
+    by_name, groups = _groups_by_name(_model(placement), 0.01, 0.1)
+    assert groups[0]["lr"] == 0.01  # the group the progress display reads holds the lr as given
+    for i in range(2):
+        b = f"blocks.{i}."
+        assert by_name[b + "residual.attn_stream"] == by_name[b + "residual.ffn_stream"] == pytest.approx((0.05, 0.0))
+        assert by_name[b + "residual.attn_gain"] == by_name[b + "residual.ffn_gain"] == pytest.approx((0.005, 0.0))
+        assert by_name[b + "x0.gate.weight"] == by_name[b + "x0.gate.bias"] == pytest.approx((0.03, 0.0))
+        assert by_name[b + "attn.sinks"] == (0.01, 0.0)
+        assert by_name[b + "attn.qkv.weight"] == (0.01, 0.1) and by_name[b + "norms.attn_in.weight"] == (0.01, 0.0)
+    # the presets: modded-nanogpt's stream at 5x, its branch gain at 1x; nanochat's block stream at 1/100
+    mod, _ = _groups_by_name(_model("modded_nanogpt"), 0.01, 0.1)
+    assert mod["blocks.1.residual.attn_stream"] == pytest.approx((0.05, 0.0))
+    assert mod["blocks.1.residual.attn_gain"] == (0.01, 0.0) and mod["blocks.1.x0.gate.weight"] == (0.01, 0.0)
+    chat, _ = _groups_by_name(_model("nanochat"), 0.01, 0.1)
+    assert chat["blocks.0.residual.block_stream"] == pytest.approx((1e-4, 0.0)) and chat["blocks.0.x0.lam"] == (0.01, 0.0)
+
+
+def test_the_lr_factors_multiply_with_mups():
+    from normsearch.spec import Placement
+
+    placement = Placement.from_yaml("block: {attn_in: rmsnorm}\nresidual: {stream: block, stream_lr: 2}\n"
+                                    "x0: {at: input, gate: linear, lr: 3}")
+    model = _model(placement, d_model=256, parametrization="mup", mup_base_width=64)
+    assert model.param_role("blocks.0.x0.gate.weight", model.blocks[0].x0.gate.weight) == "readout"
+    by_name, _ = _groups_by_name(model, 0.01, 0.1)
+    assert by_name["blocks.0.residual.block_stream"] == pytest.approx((0.02, 0.0))     # a vector: x 1
+    assert by_name["blocks.0.x0.gate.weight"] == pytest.approx((0.03 / 4, 0.0))       # readout: / m, never decayed
+    assert by_name["blocks.0.x0.gate.bias"] == pytest.approx((0.03, 0.0))
+    assert by_name["blocks.0.attn.qkv.weight"] == pytest.approx((0.0025, 0.4))
+
+
+def test_gain_decay_decays_norm_gains_and_biases_but_not_dyt_alpha():
+    import dataclasses
+
+    from normsearch.sections import TrainConfig
+    from normsearch.spec import Placement
+    from normsearch.train import optimizer
+
+    text = ("embed: {kind: dyt}\nblock: {attn_in: layernorm, q: {kind: rmsnorm, gain: one_plus}, ffn_in: derf}\n"
+            "final: rmsnorm\nresidual: {gain: scalar}\nx0: attn\nsinks: true")
+    plain = Placement.from_yaml(text)
+    decayed_names = {"norms.embed.weight", "norms.embed.bias", "blocks.0.norms.attn_in.weight",
+                     "blocks.0.norms.attn_in.bias", "blocks.0.norms.q.weight", "blocks.0.norms.ffn_in.weight",
+                     "blocks.0.norms.ffn_in.bias", "norms.final.weight"}
+    never = {"norms.embed.alpha", "blocks.0.norms.ffn_in.alpha", "blocks.0.norms.ffn_in.shift",
+             "blocks.0.residual.attn_gain", "blocks.0.x0.gate.weight", "blocks.0.x0.gate.bias", "blocks.0.attn.sinks"}
+
+    def decayed(by_name):
+        return {n for n, (_, wd) in by_name.items()
+                if wd > 0 and (".norms." in f".{n}" or n in never) and not n.startswith("blocks.1.")}
+
+    model = _model(plain)
+    off, _ = _groups_by_name(model, 0.01, 0.1)
+    assert decayed(off) == set()
+    # the placement's gain_decay, the recipe's train.gain_decay: the same groups
+    on_placement, _ = _groups_by_name(_model(dataclasses.replace(plain, gain_decay=True)), 0.01, 0.1)
+    on_recipe, _ = _groups_by_name(model, 0.01, 0.1, True)
+    assert decayed(on_placement) == decayed(on_recipe) == decayed_names
+    assert on_recipe["norms.final.weight"] == (0.01, 0.1) and on_recipe["blocks.0.attn.qkv.weight"] == (0.01, 0.1)
+    assert all(on_recipe[n][1] == 0.0 for n in never)
+    # train.gain_decay reaches AdamW through normsearch.train.optimizer
+    opt, _ = optimizer(model, TrainConfig(gain_decay=True, weight_decay=0.2), 0.01)
+    wd = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    params = dict(model.named_parameters())
+    assert all(wd[id(params[n])] == pytest.approx(0.2) for n in decayed_names)
+    assert all(wd[id(params[n])] == 0.0 for n in never)
+    opt, _ = optimizer(model, TrainConfig(weight_decay=0.2), 0.01)
+    wd = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    assert all(wd[id(params[n])] == 0.0 for n in decayed_names | never)
+
+
+def test_decay_pulls_a_one_plus_gain_toward_one():
+    """Qwen3-Next's reason for 1 + w: AdamW's decoupled decay shrinks w, so the gain goes to 1, not 0."""
+    import torch
+
+    model = _model("qwen3_next")
+    w = model.blocks[0].norms.attn_in.weight
+    with torch.no_grad():
+        w.fill_(0.5)
+    opt = torch.optim.AdamW(model.param_groups(0.1, 0.5), lr=0.1)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    assert torch.allclose(w, torch.full_like(w, 0.5 * (1 - 0.1 * 0.5)))  # decayed, as the placement asks
+
+
+def test_train_gain_decay_off_keeps_the_fingerprint_of_a_study_saved_before_it():
+    from normsearch import _yaml
+    from normsearch.recipe import recipe_from_dict
+    from normsearch.search import fingerprint
+    from normsearch.search._open import first_difference, stored_fingerprint
+
+    saved = _yaml.load(Path(__file__).parent / "fixtures/study_v1/results/v1/recipe.yaml")
+    assert "gain_decay" not in saved["train"]
+    off = recipe_from_dict({**saved, "train": {**saved["train"], "gain_decay": False}})
+    assert off.train.gain_decay is False
+    assert first_difference(stored_fingerprint(saved), fingerprint(off.raw)) is None
+    on = recipe_from_dict({**saved, "train": {**saved["train"], "gain_decay": True}})
+    assert first_difference(stored_fingerprint(saved), fingerprint(on.raw)) == \
+        "train.gain_decay: False in the study, True now"

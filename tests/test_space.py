@@ -148,3 +148,121 @@ def test_a_space_without_options_cannot_express_them():
 def test_bad_options_say_what_is_wrong(options, message):
     with pytest.raises(NormsearchError, match=message):
         parse_space({"sites": {"attn_in": ["none", "norm"]}, "options": options})
+
+
+# -- the speedrun space (issue 28) ------------------------------------------------------------------
+
+
+def test_the_speedrun_space_loads_and_its_points_build():
+    import torch
+
+    from normsearch.config import ModelConfig
+    from normsearch.model import build_model
+
+    sp = load_space("speedrun.yaml", SPACES)
+    dist = sp.distributions()
+    assert dist["opt.gain"] == ("vector", "none", "one_plus") and dist["opt.x0"] == ("none", "input", "attn")
+    assert dist["opt.residual"] == ("plain", "scalars", "lambdas") and dist["opt.sinks"] == ("off", "on")
+    assert dist["opt.gain_decay"] == ("off", "on") and dist["site.ctx"] == ("none", "norm")
+    assert dist["site.q+k"] == ("none", "norm") and dist["site.final"] == ("norm",)
+    cfg = ModelConfig(vocab_size=32, n_layers=2, d_model=16, n_heads=2, context_length=8)
+    idx = torch.zeros(1, 8, dtype=torch.long)
+    grid = list(sp.grid())
+    assert len(grid) == sp.size()
+    ids = set()
+    sample = random.Random(0).sample(grid, 200)
+    for i, v in enumerate(sample):
+        p = sp.placement(v)
+        r = p.resolve(2)
+        ids.add(r.arch_id)
+        gains = {s.gain for b in r.blocks for _, s in b} | {s.gain for s in (r.embed, r.final) if s is not None}
+        assert gains == {v["opt.gain"]}, v  # the gain option reaches every norm
+        assert (r.x0 or {}).get("at", "none") == {"none": "none", "input": "input", "attn": "attn"}[v["opt.x0"]]
+        assert r.sinks == (v["opt.sinks"] == "on") and r.gain_decay == (v["opt.gain_decay"] == "on")
+        assert ("ctx" in r.block(0)) == (v["site.ctx"] == "norm") and r.gate == v["opt.gate"]
+        if "ctx" in r.block(0):
+            assert r.block(0)["ctx"].granularity == "head"
+        back = sp.params_of(p, 2)
+        assert back is not None and sp.placement(back).arch_id(2) == r.arch_id, v
+        if i < 12:  # the first dozen build and run
+            torch.manual_seed(0)
+            with torch.no_grad():
+                assert torch.isfinite(build_model(p, cfg)(idx)).all(), v
+    assert len(ids) == 200
+
+
+def _at_default_eps(placement):
+    """The placement with every norm at its kind's default eps (the 2026 baselines keep their authors')."""
+    from normsearch.spec import Placement
+
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k != "eps"}
+        return [strip(v) for v in d] if isinstance(d, list) else d
+
+    return Placement.from_dict(strip(placement.to_dict()))
+
+
+@pytest.mark.parametrize("name", ["modded_nanogpt", "nanochat", "qwen3_next"])
+def test_the_speedrun_baselines_at_the_default_eps_are_points_of_their_space(name):
+    """The space holds each of these blocks (sites, gains, residual, x0, gate, gain decay); the baselines
+    themselves keep their authors' eps (commit 30f08f8), which the space does not search."""
+    sp = load_space("speedrun.yaml", SPACES)
+    assert sp.params_of(baseline(name), 4) is None  # the authors' eps: beside the space, not in it
+    p = _at_default_eps(baseline(name))
+    assert p.arch_id(4) != baseline(name).arch_id(4)
+    for L in (4, 12):
+        v = sp.params_of(p, L)
+        assert v is not None, (name, L)
+        assert sp.placement(v).arch_id(L) == p.arch_id(L)
+    v = sp.params_of(p, 4)
+    want = {"modded_nanogpt": ("none", "scalars", "attn", "off"), "nanochat": ("none", "lambdas", "input", "off"),
+            "qwen3_next": ("one_plus", "plain", "none", "on")}[name]
+    assert (v["opt.gain"], v["opt.residual"], v["opt.x0"], v["opt.gain_decay"]) == want
+
+
+@pytest.mark.parametrize("name", ["deepseek_v4", "hybridnorm"])
+def test_baselines_outside_the_speedrun_space_are_not_points_of_it(name):
+    sp = load_space("speedrun.yaml", SPACES)
+    assert sp.params_of(baseline(name), 4) is None
+    assert sp.params_of(_at_default_eps(baseline(name)), 4) is None  # not for the eps: a weightless q beside a weighted k
+    assert sp.params_of(baseline("pre_ln"), 4) is not None
+
+
+def test_a_space_without_the_new_options_cannot_express_them():
+    sp = parse_space({"kind": "rmsnorm", "sites": {"embed": ["none", "norm"], "attn_in": ["none", "norm"],
+                                                   "ffn_in": ["none", "norm"], "q": ["none", "norm"],
+                                                   "k": ["none", "norm"], "final": ["none", "norm"]},
+                      "tie": [["attn_in", "ffn_in"], ["q", "k"]]})
+    for name in ("modded_nanogpt", "nanochat", "qwen3_next"):
+        assert sp.params_of(_at_default_eps(baseline(name)), 4) is None, name
+    assert sp.params_of(baseline("qk_pre_ln"), 4) is not None
+    # a vector gain is the default choice: points without the option are unchanged
+    assert all(s.gain == "vector" for _, s in sp.placement(next(iter(sp.grid()))).block)
+
+
+def test_a_ctx_granularity_is_searched_like_q_k_v():
+    sp = parse_space({"sites": {"attn_in": ["none", "norm"], "ctx": ["none", "norm"]},
+                      "granularity": {"ctx": ["head", "full"]}})
+    assert sp.distributions()["gran.ctx"] == ("head", "full")
+    full = sp.placement({"site.attn_in": "norm", "site.ctx": "norm", "gran.ctx": "full"})
+    assert dict(full.block)["ctx"].granularity == "full"
+    assert sp.params_of(full, 4)["gran.ctx"] == "full"
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"x0": ["sideways"]}, "space options.x0: unknown choice 'sideways'; known: none, input, attn"),
+    ({"gain": ["vector", "maybe"]}, "space options.gain: unknown choice 'maybe'; known: vector, none, one_plus"),
+    ({"sinks": ["off", "sometimes"]}, "space options.sinks: unknown choice 'sometimes'; known: off, on"),
+    ({"residual": ["plain", "lambda"]}, "unknown choice 'lambda' (did you mean 'lambdas'?)"),
+    ({"gain_decay": ["maybe"]}, "space options.gain_decay: unknown choice 'maybe'"),
+])
+def test_bad_speedrun_options_are_one_line_naming_the_choices(options, message):
+    with pytest.raises(NormsearchError) as e:
+        parse_space({"sites": {"attn_in": ["none", "norm"]}, "options": options})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_ctx_granularity_outside_the_head_sites_is_refused():
+    with pytest.raises(NormsearchError, match="only q, k, v and ctx have one, not 'attn_in'"):
+        parse_space({"sites": {"attn_in": ["none", "norm"]}, "granularity": {"attn_in": "head"}})

@@ -111,6 +111,89 @@ def _cases():
         "block": {"attn_in": "rmsnorm", "ffn_in": "rmsnorm"}, "final": "rmsnorm",
         "residual": {"alpha": "deepnorm", "beta": "deepnorm", "gain": "scalar"}, "gate": "elementwise",
     }), cfg(ffn="swiglu", tie_embeddings=False))
+    cases.update(_speedrun_cases())
+    return cases
+
+
+#: The 2026 speedruns' options (issue 28), each in a case of its own; the four new baselines are in the
+#: baselines' cases above (rmsnorm and layernorm), and here again with their own inits.
+SPEEDRUN = {
+    "one-plus-gains": ("""
+embed: {kind: dyt, gain: one_plus}
+block: {attn_in: {kind: rmsnorm, gain: one_plus}, q: {kind: layernorm, gain: one_plus},
+        k: {kind: rmsnorm, gain: one_plus, granularity: full}, ctx: {kind: derf, gain: one_plus},
+        ffn_in: {kind: layernorm, gain: one_plus}, ffn_post: {kind: dyt, gain: one_plus}}
+final: {kind: rmsnorm, gain: one_plus}
+gain_decay: true
+""", {}),
+    "weightless-no-bias": ("""
+embed: {kind: derf, gain: none, bias: false}
+block: {attn_in: {kind: layernorm, gain: none, bias: false}, q: {kind: rmsnorm, gain: none},
+        k: {kind: rmsnorm, gain: none}, ffn_in: {kind: dyt, gain: none, bias: false},
+        ffn_mid: {kind: layernorm, gain: none}}
+final: {kind: rmsnorm, gain: none}
+""", {"ffn": "swiglu"}),
+    "ctx-head-full-head-gate": ("""
+block: {attn_in: rmsnorm, ctx: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+overrides: [{layers: {last: 2}, set: {ctx: {kind: layernorm, granularity: full}}}]
+gate: head
+""", {}),
+    "ctx-elementwise-gate-untied": ("""
+block: {attn_in: rmsnorm, q: rmsnorm, k: rmsnorm, ctx: {kind: rmsnorm, gain: none}, ffn_in: rmsnorm}
+final: rmsnorm
+gate: elementwise
+""", {"tie_embeddings": False}),
+    "stream-sublayer-first-last": ("""
+block: {attn_in: rmsnorm, attn_post: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+residual: {alpha: 1.5, stream: sublayer, stream_init: [1.3, 1.0], stream_lr: 5, gain: vector,
+           gain_init: [0.2, 0.1], gain_lr: 2}
+""", {}),
+    "stream-block-swiglu": ("""
+block: {attn_in: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+residual: {stream: block, stream_init: [1.15, 1.05], stream_lr: 0.01}
+""", {"ffn": "swiglu"}),
+    "x0-input-scalar": ("""
+embed: rmsnorm
+block: {attn_in: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+x0: {at: input, gate: scalar, init: [0.3, 0.1], lr: 2}
+""", {}),
+    "x0-attn-linear-post": ("""
+embed: layernorm
+block: {attn_in: rmsnorm, attn_post: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+residual: scalars
+x0: {at: attn, gate: linear, init: 0.2}
+""", {"rope": False}),
+    "sinks-untied": ("""
+block: {attn_in: rmsnorm, q: rmsnorm, k: rmsnorm, ffn_in: rmsnorm}
+final: rmsnorm
+sinks: true
+""", {"tie_embeddings": False}),
+    "everything-at-once": ("""
+embed: {kind: rmsnorm, gain: none}
+block: {attn_in: {kind: rmsnorm, gain: one_plus}, q: {kind: rmsnorm, gain: none}, k: rmsnorm,
+        v: {kind: rmsnorm, gain: one_plus}, ctx: rmsnorm, ffn_in: {kind: rmsnorm, gain: none}}
+final: {kind: rmsnorm, gain: one_plus}
+residual: {stream: block, stream_init: [1.2, 1.0], gain: scalar, gain_init: 1}
+x0: input
+sinks: true
+gain_decay: true
+gate: elementwise
+""", {"ffn": "swiglu", "dropout": 0.1}),
+}
+NEW_BASELINES = ("modded_nanogpt", "nanochat", "qwen3_next", "deepseek_v4")
+
+
+def _speedrun_cases():
+    cases = {name: (Placement.from_yaml(text), cfg(**kw)) for name, (text, kw) in SPEEDRUN.items()}
+    cases["modded_nanogpt-modded-init"] = (baselines()["modded_nanogpt"], cfg(init="modded"))
+    cases["nanochat-nanochat-init-untied"] = (baselines()["nanochat"], cfg(init="nanochat", tie_embeddings=False))
+    cases["qwen3_next-normal-swiglu"] = (baselines()["qwen3_next"], cfg(init="normal", ffn="swiglu"))
+    cases["deepseek_v4-layernorm-normal"] = (baselines("layernorm")["deepseek_v4"], cfg(init="normal"))
     return cases
 
 
@@ -165,7 +248,8 @@ def perturbed(placement, config, seed=0):
     model = build_model(placement, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ".norms." in f".{name}" or ".residual." in f".{name}":
+            if (".norms." in f".{name}" or ".residual." in f".{name}" or ".x0." in f".{name}"
+                    or name.endswith(".attn.sinks")):  # x0's linear gate starts at 0, the sinks at 0
                 p.add_(0.3 * torch.randn_like(p))
     return model.eval()
 
@@ -598,3 +682,80 @@ def test_config_json_holds_the_block_options_and_depth_scales(exported):
     assert all(f"class {c}(" in source for c in ("Derf", "SeeDNorm", "SingleScaleRMSNorm"))
     plain = config_json(root, "pre_ln-rmsnorm")
     assert plain["gate"] == "none" and plain["residual"]["alpha"] == 1.0
+
+
+# -- the 2026 speedruns (issue 28) -------------------------------------------------------------------
+
+
+def test_every_speedrun_feature_and_baseline_has_an_export_case():
+    for name in NEW_BASELINES:
+        assert f"{name}-rmsnorm" in CASES and f"{name}-layernorm" in CASES, name
+    assert set(SPEEDRUN) <= set(CASES)
+    resolved = [p.resolve(c.n_layers) for p, c in CASES.values()]
+    gains = {s.gain for r in resolved for b in r.blocks for _, s in b}
+    assert {"vector", "none", "one_plus"} <= gains
+    assert any("ctx" in dict(b) for r in resolved for b in r.blocks)
+    assert {r.residual.get("stream", "none") for r in resolved} >= {"none", "sublayer", "block"}
+    assert {(r.x0 or {}).get("gate") for r in resolved} >= {None, "scalar", "linear"}
+    assert {(r.x0 or {}).get("at") for r in resolved} >= {"input", "attn"}
+    assert any(r.sinks for r in resolved)
+
+
+@pytest.mark.parametrize("name", [*SPEEDRUN, *(f"{b}-rmsnorm" for b in NEW_BASELINES)])
+def test_a_speedrun_export_round_trips_through_its_spec(exported, name):
+    from normsearch._yaml import load
+
+    root, _, _ = exported
+    placement, config = CASES[name]
+    data = load(root / name / "spec.yaml")
+    arch_id = placement.resolve(config.n_layers).arch_id
+    assert data["arch_id"] == arch_id == config_json(root, name)["arch_id"]
+    back = Placement.from_dict(data["placement"])
+    assert back == placement and back.arch_id(config.n_layers) == arch_id
+    assert Placement.load(root / name / "spec.yaml").arch_id(config.n_layers) == arch_id
+
+
+def test_config_json_holds_the_speedrun_options(exported):
+    root, _, _ = exported
+    arch = config_json(root, "x0-attn-linear-post")
+    assert arch["x0"] == {"at": "attn", "gate": "linear", "init": 0.2, "lr": 1.0} and "sinks" not in arch
+    assert arch["residual"]["stream"] == "sublayer" and arch["residual"]["stream_lr"] == 5.0
+    arch = config_json(root, "stream-sublayer-first-last")
+    assert arch["residual"]["stream_init"] == [1.3, 1.0] and arch["residual"]["gain_init"] == [0.2, 0.1]
+    assert "x0" not in arch and "sinks" not in arch
+    arch = config_json(root, "sinks-untied")
+    assert arch["sinks"] is True and arch["tie_embeddings"] is False
+    arch = config_json(root, "one-plus-gains")
+    assert arch["norms"]["blocks"][0]["ctx"] == {"kind": "derf", "options": {"alpha_init": 1.0, "shift_init": 0.0,
+                                                                           "gain": "one_plus", "bias": True},
+                                                 "width": CFG.head_dim, "per_head": True}
+    assert arch["norms"]["final"]["options"]["gain"] == "one_plus"
+    blocks = config_json(root, "ctx-head-full-head-gate")["norms"]["blocks"]
+    assert [(b["ctx"]["width"], b["ctx"]["per_head"]) for b in blocks] == [(12, True), (12, True), (24, False),
+                                                                           (24, False)]
+    # the exported weights hold the one_plus offsets (w, not 1 + w) and no weight for a weightless norm
+    from normsearch.export.standalone import load
+
+    state = load(root / "weightless-no-bias" / "model.safetensors")
+    assert not any(k.endswith(("attn_in.weight", "attn_in.bias", "final.weight", "embed.weight")) for k in state)
+    assert "blocks.0.norms.ffn_mid.bias" in state and "blocks.0.norms.ffn_in.alpha" in state
+
+
+def test_sinks_and_x0_under_mup_export_with_the_attention_scale(tmp_path):
+    """muP's attention scale reaches the sink attention of the standalone model too (its init is not
+    normsearch's under mup, so this case is not among CASES, whose inits are compared)."""
+    import importlib.util
+
+    placement = Placement.from_yaml("block: {attn_in: rmsnorm, q: rmsnorm, k: rmsnorm, ffn_in: rmsnorm}\n"
+                                    "final: rmsnorm\nsinks: true\nx0: {at: attn, gate: linear, init: 0.1}")
+    config = cfg(d_model=48, n_heads=2, parametrization="mup", mup_base_width=12, tie_embeddings=False)
+    model = perturbed(placement, config)
+    assert model.blocks[0].attn.scale is not None  # not SDPA's own 1/sqrt(head_dim)
+    out = export_architecture(placement, config, tmp_path / "e", state_dict=model)
+    spec = importlib.util.spec_from_file_location("exported_mup_sinks", out / "model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    standalone = mod.from_pretrained(out).double()
+    idx = torch.randint(0, config.vocab_size, (2, config.context_length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(standalone(idx), copy.deepcopy(model).double()(idx), rtol=0, atol=1e-12)
