@@ -216,8 +216,10 @@ def _gated_pre_ln(kind):
 
 _MODDED = "KellerJordan/modded-nanogpt @f411b3d, train_gpt.py"
 _NANOCHAT = "karpathy/nanochat @92d63d4, nanochat/gpt.py"
-_QWEN3_NEXT = "huggingface/transformers, src/transformers/models/qwen3_next/modeling_qwen3_next.py"
-_DSV4 = "huggingface/transformers, src/transformers/models/deepseek_v4/modular_deepseek_v4.py"
+_QWEN3_NEXT = ("huggingface/transformers @7515843b (as released in 5.25.0), "
+               "src/transformers/models/qwen3_next/modeling_qwen3_next.py")
+_DSV4 = ("huggingface/transformers @7fa433e1 (as released in 5.25.0), "
+         "src/transformers/models/deepseek_v4/modular_deepseek_v4.py")
 
 
 #: ``F.rms_norm(x, shape)`` with eps None, as modded-nanogpt's and nanochat's ``norm()`` call it, takes the
