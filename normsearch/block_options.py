@@ -95,6 +95,22 @@ _KEYS = ("alpha", "beta", "gain", "gain_init", "scaled_init", "stream", "stream_
 _NEW = {"stream": "none", "stream_init": 1.0, "stream_lr": 1.0, "gain_lr": 1.0}
 
 
+def preset_or_mapping(what: str, value: Any, presets: Mapping[str, Mapping], keys, ctx: str = "") -> Mapping:
+    """A block option written as a preset's name or as a mapping of its keys: the preset's mapping, or the
+    one given once every key in it is known; else one line naming the presets and the keys."""
+    if isinstance(value, str):
+        if value not in presets:
+            raise SpecError(f"{ctx}{what}: {unknown('preset', value, presets)}")
+        return presets[value]
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{ctx}{what}: a preset ({', '.join(presets)}) or a mapping with keys "
+                        f"{', '.join(keys)}, not {value!r}")
+    for key in value:
+        if key not in keys:
+            raise SpecError(f"{where(value, key) or ctx}{what}: {unknown('key', key, keys)}")
+    return value
+
+
 def _init(value: Any, what: str) -> float | tuple[float, float]:
     """A number, or [first, last]: spread linearly over the layers."""
     if isinstance(value, (list, tuple)) and len(value) == 2:
@@ -157,17 +173,7 @@ class Residual:
             return value
         if value is None:
             return cls()
-        if isinstance(value, str):
-            if value not in RESIDUAL_PRESETS:
-                raise SpecError(f"{ctx}residual: {unknown('preset', value, RESIDUAL_PRESETS)}")
-            value = RESIDUAL_PRESETS[value]
-        if not isinstance(value, Mapping):
-            raise SpecError(f"{ctx}residual: a preset ({', '.join(RESIDUAL_PRESETS)}) or a mapping "
-                            f"with keys {', '.join(_KEYS)}, not {value!r}")
-        for key in value:
-            if key not in _KEYS:
-                raise SpecError(f"{where(value, key) or ctx}residual: {unknown('key', key, _KEYS)}")
-        d = dict(value)
+        d = dict(preset_or_mapping("residual", value, RESIDUAL_PRESETS, _KEYS, ctx))
         gain = "none" if d.get("gain") in (None, False) else d["gain"]
         if gain not in GAINS:
             raise SpecError(f"{ctx}residual.gain: {unknown('gain', gain, GAINS)}")
@@ -239,18 +245,9 @@ class X0:
             return value
         if value is None or value is False:
             return cls()
-        if isinstance(value, str):
-            if value not in X0_PRESETS:
-                raise SpecError(f"{ctx}x0: {unknown('preset', value, X0_PRESETS)}")
-            value = X0_PRESETS[value]
-            if not value:
-                return cls()
-        if not isinstance(value, Mapping):
-            raise SpecError(f"{ctx}x0: a preset ({', '.join(X0_PRESETS)}) or a mapping with keys "
-                            f"{', '.join(_X0_KEYS)}, not {value!r}")
-        for key in value:
-            if key not in _X0_KEYS:
-                raise SpecError(f"{where(value, key) or ctx}x0: {unknown('key', key, _X0_KEYS)}")
+        value = preset_or_mapping("x0", value, X0_PRESETS, _X0_KEYS, ctx)
+        if not value:  # the preset none
+            return cls()
         at = value.get("at")
         if at not in X0_AT:
             raise SpecError(f"{ctx}x0.at: {unknown('place', at, X0_AT)}")
