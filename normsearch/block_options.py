@@ -132,9 +132,8 @@ def _positive(value: Any, what: str) -> float:
 
 def layer_value(init: float | tuple | list, layer: int, n_layers: int) -> float:
     """An init at layer ``layer`` (0-based): the number, or first + (last - first) * l / (L - 1)."""
-    if isinstance(init, (tuple, list)):
-        first, last = init
-        return first + (last - first) * layer / max(n_layers - 1, 1)
+    if isinstance(init, (list, tuple)):
+        return init[0] + (init[1] - init[0]) * layer / max(n_layers - 1, 1)
     return float(init)
 
 

@@ -425,6 +425,14 @@ def test_the_standalone_block_is_normsearchs_block():
         return [ast.dump(n) for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
 
     assert code(standalone.add_norm) == code(model.add_norm)
+    # the 2026 block options are written twice too (an export needs torch alone): the same statements
+    from normsearch.block_options import layer_value
+
+    assert code(standalone.layer_value) == code(layer_value)
+    assert code(standalone.sink_attention) == code(model.sink_attention)
+    for cls, methods in (("X0", ("__init__", "forward")), ("Residual", ("enter", "stream")), ("Norm", ("params",))):
+        for m in methods:
+            assert code(getattr(getattr(standalone, cls), m)) == code(getattr(getattr(model, cls), m)), f"{cls}.{m}"
 
 
 def test_spec_yaml_is_the_canonical_spec(exported):
