@@ -18,7 +18,7 @@ def _f(x, digits: int = 3, signed: bool = True) -> str:
 
 def _gap(g) -> str:
     if g.diff is None:
-        return "failed"
+        return "not trained yet" if g.verdict == "not trained" else "failed"
     mark = {"better": " **better**", "worse": " **worse**", "equivalent": " equiv."}.get(g.verdict, "")
     return f"{g.diff:+.3f} [{_f(g.ci_low)}, {_f(g.ci_high)}]{mark}"
 
@@ -29,7 +29,7 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
     from ..errors import NormsearchError
     from ..ranking import rank, stat_runs
     from ..stages.robustness import describe, kind_of, overrides_of, steps_factor, variant_handles
-    from ..stats.rung import rung_from_runs
+    from ..stats.rung import Rung, rung_from_runs
     from ..stats.robustness import summarise
     from ._files import write_report
 
@@ -43,24 +43,33 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
     rungs, listed = [], []
     for name, handle, stage in variants:
         folder = handle.folder if rungs_dir is None else Path(rungs_dir) / kind_of(name)
+        t, m = stage.recipe.train, stage.recipe.model
+        entry = {"name": name, "what": describe(parent.recipe, cfg, name),
+                 "overrides": overrides_of(parent.recipe, cfg, name),
+                 "steps_factor": steps_factor(parent.recipe, cfg, name), "steps": t.steps,
+                 "tokens": t.steps * t.batch_size * m.context_length}
+        if not _trained(handle):  # still to train (a stage in progress): no ranking to write, no gap to read
+            rungs.append(Rung(name, {}))
+            listed.append({**entry, "trained": False, "report": None, "rows": []})
+            continue
         if write_variants:
             ranking = write_report(handle, folder, against=bases or None, overwrite=True)
         else:
             ranking = rank(handle, against=bases)
         rows = [r for r in ranking.rows if r.runs]
         rungs.append(rung_from_runs(name, stat_runs(rows, ranking.judgement.unigram_bpb)))
-        t, m = stage.recipe.train, stage.recipe.model
         listed.append({
-            "name": name, "what": describe(parent.recipe, cfg, name),
-            "overrides": overrides_of(parent.recipe, cfg, name),
-            "steps_factor": steps_factor(parent.recipe, cfg, name), "steps": t.steps,
-            "tokens": t.steps * t.batch_size * m.context_length, "report": str(folder / "report.md"),
+            **entry, "trained": True, "report": str(folder / "report.md"),
             "rows": [{"label": r.label, "baseline": r.is_baseline, "rank": r.rank, "mean": r.score_mean,
                       "ci": [r.ci_low, r.ci_high], "n_seeds": r.n_seeds, "n_runs": r.n_runs,
                       "failure_rate": r.failure_rate, "lr": r.best_lr, "lrs": sorted(r.per_lr),
                       "init": r.init, "n_params": r.n_params, "tokens_per_s": r.tokens_per_s,
                       "precision": r.precision, "throughput_ratio": getattr(r, "throughput_ratio", None),
                       "effective_speedup": getattr(r, "effective_speedup", None),
+                      "speedup_lower_bound": getattr(r, "speedup_lower_bound", False),
+                      "speedup_at_baseline_loss": getattr(r, "speedup_at_baseline_loss", None),
+                      "speedup_against": getattr(r, "speedup_against", ""),
+                      "throughput_source": getattr(r, "throughput_source", ""),
                       "throughput_noisy": getattr(r, "throughput_noisy", False)} for r in ranking.rows],
         })
     lengths = {v["name"]: v["steps_factor"] for v in listed if v["steps_factor"] is not None}
@@ -68,6 +77,13 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
     summaries = summarise(rungs, pairs, lengths if len(lengths) >= 2 else None)
     return {"study": parent.recipe.name, "seeds": variants[0][2].seeds, "found": found, "baselines": bases,
             "variants": listed, "contrasts": [s.to_dict() for s in summaries]}
+
+
+def _trained(handle) -> bool:
+    """Whether any of the variant's trials finished (its architectures have runs to rank)."""
+    from optuna.trial import TrialState
+
+    return bool(handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 def write_robustness_report(parent, cfg, out_dir: Path, rungs_dir: Path | None = None) -> Path:
@@ -92,6 +108,9 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
              f"byte on the variant's own validation windows (a gap compares two architectures within one variant).",
              "", "| variant | what | steps | tokens a run | its report |", "|---|---|---|---|---|"]
     for v in data["variants"]:
+        if not v.get("trained", True):
+            lines.append(f"| {v['name']} | {v['what']} | {v['steps']} | {v['tokens']:,} | not trained yet |")
+            continue
         rel = Path(v["report"])
         try:
             rel = rel.relative_to(out_dir.parent) if not rel.is_relative_to(out_dir) else rel.relative_to(out_dir)
@@ -104,12 +123,14 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
         s = ContrastSummary(c["arch"], c["against"], [VariantGap(**g) for g in c["gaps"]], c["sign_holds"],
                             c["n_estimated"], c["n_better"], c["n_worse"], c["n_failed"],
                             Pooled(**c["pooled"]) if c["pooled"] else None,
-                            Trend(**c["length"]) if c["length"] else None)
+                            Trend(**c["length"]) if c["length"] else None, n_untrained=c.get("n_untrained", 0))
         contrasts.append(s)
     names = [v["name"] for v in data["variants"]]
+    untrained = sum(not v.get("trained", True) and not v.get("steps_factor") for v in data["variants"])
     lines += ["", "## Gaps by variant", "",
               "Found minus baseline, with its 95% interval; **better**/**worse**: Holm over the variant's contrasts "
-              "at 0.05 (no variance pre-test). 'failed': a side with no successful run (reported apart, not a loss).",
+              "at 0.05 (no variance pre-test). 'failed': a side with no successful run (reported apart, not a loss); "
+              "'not trained yet': a side with no run yet (the stage is still training).",
               "", "| contrast | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for s in contrasts:
         by = {g.variant: g for g in s.gaps}
@@ -119,7 +140,9 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
               "Over the reference and the recipe variants (the training-length series is read below): in how "
               "many the found placement's mean is lower, in how many it is significantly better or worse, and "
               "the average gap from a random-effects model (the variant a random effect; REML, Hartung-Knapp "
-              "interval on k - 1 df; tau: how much a change of recipe moves the gap).", "",
+              "interval on k - 1 df; tau: how much a change of recipe moves the gap)"
+              + (f"; {untrained} of the recipe variants are not trained yet and count in no column." if untrained
+                 else "."), "",
               "| contrast | sign holds | better | worse | failed | average gap [95%] | tau |",
               "|---|---|---|---|---|---|---|"]
     for s in contrasts:
@@ -143,15 +166,24 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
     cost = [(v["name"], r) for v in data["variants"] for r in v["rows"] if r.get("throughput_ratio") is not None]
     if cost:
         lines += ["", "## What it costs", "",
-                  "Training tokens/s relative to the best baseline of the variant, and the effective speed-up (the "
-                  "compute the best baseline needs to reach the architecture's loss, per unit of the architecture's, "
-                  "read from the baseline's validation curve, times the throughput ratio); `~`: from runs whose "
-                  "recorded tokens/s vary by more than 10% (a shared machine), no per-second verdict.", "",
-                  "| variant | architecture | tokens/s ratio | effective speed-up |", "|---|---|---|---|"]
+                  "Training tokens/s relative to the best baseline of the variant (measured: every architecture "
+                  "timed interleaved in one process; runs: the runs' own records), and the effective speed-up: the "
+                  "compute the best baseline needs to reach the architecture's final loss, per unit of the "
+                  "architecture's, read from the baseline's validation curve, times the throughput ratio (`>=`: the "
+                  "baseline never reached that loss, a lower bound, not extrapolated); and the other way round, "
+                  "the baseline's compute over what the architecture needs to reach the baseline's final loss. `~`: "
+                  "from runs whose recorded tokens/s vary by more than 10% (a shared machine), no per-second verdict.",
+                  "", "| variant | architecture | against | tokens/s ratio | source | effective speed-up | "
+                  "at the baseline's loss |", "|---|---|---|---|---|---|---|"]
         for name, r in cost:
             mark = "~" if r.get("throughput_noisy") else ""
-            lines.append(f"| {name} | {r['label']} | {_f(r['throughput_ratio'], 2, False)}{mark} | "
-                         f"{_speedup(r['effective_speedup'])}{mark if r['effective_speedup'] is not None else ''} |")
+            eff = r["effective_speedup"]
+            eff = None if eff is None else {"value": eff, "bound": "lower" if r.get("speedup_lower_bound") else None}
+            at = r.get("speedup_at_baseline_loss")
+            lines.append(f"| {name} | {r['label']} | {r.get('speedup_against') or '-'} | "
+                         f"{_f(r['throughput_ratio'], 2, False)}{mark} | {r.get('throughput_source') or '-'} | "
+                         f"{_speedup(eff)}{mark if eff is not None else ''} | "
+                         f"{_speedup(at)}{mark if at is not None else ''} |")
     return "\n".join(lines) + "\n"
 
 

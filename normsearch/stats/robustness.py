@@ -9,7 +9,8 @@ Rules (``docs/statistics.md``, "Across recipe variants"):
 - **Per variant**, each contrast is the Welch comparison of the ranking (each architecture's own SD,
   no variance pre-test), Holm-adjusted over that variant's contrasts: a variant is one experiment.
 - **The sign holds** in a variant when the found placement's mean is below the baseline's there (no
-  test: a count); a variant where either side has no successful run is a failure, counted apart.
+  test: a count); a variant where either side has no successful run is a failure, counted apart; one
+  where either side has no run at all yet (the stage is still training) is *not trained*, neither.
 - **The average advantage** is the mean of a random-effects model, gap_v = mu + u_v + e_v, with the
   variant as the random effect (u_v ~ N(0, tau^2)) and e_v the variant's own sampling error (its
   Welch SE): tau^2 by REML, the interval by Hartung-Knapp (t on k - 1 df, its variance factor held at
@@ -45,10 +46,10 @@ class VariantGap:
     ci_low: float | None
     ci_high: float | None
     p_holm: float | None
-    verdict: str  # better | worse | equivalent | undecided | failed
+    verdict: str  # better | worse | equivalent | undecided | failed | not trained
     n_arch: int = 0
     n_against: int = 0
-    failed: str | None = None  # which side had no successful run
+    failed: str | None = None  # which side had no successful run, or (not trained) no run yet
 
 
 @dataclass
@@ -91,6 +92,7 @@ class ContrastSummary:
     n_failed: int = 0  # variants where either side had no successful run
     pooled: Pooled | None = None
     length: Trend | None = None
+    n_untrained: int = 0  # variants where either side has no run yet (a stage in progress): neither loss nor failure
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,6 +110,11 @@ def variant_gaps(rungs: Sequence[Rung], pairs: Sequence[tuple[str, str]],
                 comps[(a, b)] = compare(samples, a, b)
         adjust(list(comps.values()), alpha)
         for a, b in pairs:
+            untrained = [x for x in (a, b) if x not in r.archs]
+            if untrained:  # no run at all yet, failed or not: the variant is still training, not a failure
+                out[(a, b)].append(VariantGap(r.name, None, None, None, None, None, None, "not trained",
+                                              failed=f"no run yet: {' and '.join(untrained)}"))
+                continue
             if (a, b) not in comps:
                 side = " and ".join(x for x in (a, b) if x not in samples) or "neither"
                 out[(a, b)].append(VariantGap(r.name, None, None, None, None, None, None, "failed",
@@ -186,7 +193,8 @@ def summarise(rungs: Sequence[Rung], pairs: Sequence[tuple[str, str]],
         s = ContrastSummary(a, b, gs, sign_holds=sum(g.diff < 0 for g in ok), n_estimated=len(ok),
                             n_better=sum(g.verdict == "better" for g in gs),
                             n_worse=sum(g.verdict == "worse" for g in gs),
-                            n_failed=sum(g.verdict == "failed" for g in gs))
+                            n_failed=sum(g.verdict == "failed" for g in gs),
+                            n_untrained=sum(g.verdict == "not trained" for g in gs))
         tested = [g for g in ok if g.se is not None]
         s.pooled = random_effects([g.diff for g in tested], [g.se for g in tested])
         s.gaps = list(every)

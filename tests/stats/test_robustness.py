@@ -76,3 +76,17 @@ def test_summarise_counts_signs_over_recipe_variants_and_reads_length_apart():
     assert s.length is not None and s.length.factors == [1, 4, 16] and s.length.verdict == "shrinks toward zero"
     (failed,) = [g for g in s.gaps if g.variant == "shakespeare"]
     assert failed.verdict == "failed" and "f" in failed.failed
+
+
+def test_a_variant_still_training_is_not_trained_not_failed():
+    """A variant where a side has no run at all yet (the stage in progress) is neither a gap nor a failure:
+    counting it as failed would report losses that never happened."""
+    rungs = [_rung("base", 2.0, 2.1), Rung("no-warmup", {}), Rung("bpe", {"f": RungArch(lr=1e-2, n_diverged=3)}),
+             Rung("steps-4x", {"b": RungArch(lr=1e-2, losses={0: 2.0})})]
+    (s,) = summarise(rungs, [("f", "b")], {"base": 1, "steps-4x": 4})
+    by = {g.variant: g for g in s.gaps}
+    assert by["no-warmup"].verdict == "not trained" and "f and b" in by["no-warmup"].failed
+    assert by["bpe"].verdict == "not trained" and by["bpe"].failed == "no run yet: b"
+    assert by["steps-4x"].verdict == "not trained"
+    assert s.n_failed == 0 and s.n_untrained == 2 and s.n_estimated == 1  # the length series is read apart
+    assert s.length is None  # one length trained: no trend
