@@ -24,7 +24,7 @@ from .cli_support import (
     storage_option,
     user_errors,
 )
-from .cli_stage import STAGE_OPTIONS, _launch, _stage_parent, _stage_settings
+from .cli_stage import STAGE_OPTIONS, SWEEP_OPTIONS, _launch, _measure_stages, _stage_parent, _stage_settings, _sweep_settings
 from .errors import NormsearchError
 
 app = typer.Typer(
@@ -199,7 +199,7 @@ def confirm(
 
 @app.command()
 @user_errors
-@shared_options(*STAGE_OPTIONS)
+@shared_options(*STAGE_OPTIONS, *SWEEP_OPTIONS)
 def ladder(
     rungs: Optional[str] = typer.Option(None, help="Model overrides per rung, smallest first, as YAML: "
                                         "'[{n_layers: 2}, {n_layers: 4}, {n_layers: 8}]' (default: ladder.rungs)."),
@@ -208,8 +208,6 @@ def ladder(
     max_steps: Optional[int] = typer.Option(None, help="Cap on steps per run."),
     lr: Optional[str] = typer.Option(None, help="auto | sweep | transfer (auto: transfer under muP when the rungs "
                                      "vary the width alone, else sweep; transfer elsewhere is refused)."),
-    lr_extend: Optional[int] = typer.Option(None, help="Points the sweep may add past an end that holds the best, "
-                                            "per rung (default: train.lr_extend)."),
     preset: Optional[str] = typer.Option(None, help="A ladder set up in one word: gpu (21M to 354M parameters, 20 "
                                          "tokens per parameter, GPT-2 BPE .bin files, bf16 on CUDA; give the data "
                                          "with --recipe '{data.path: DIR}'). Settings given beside it win."),
@@ -217,9 +215,6 @@ def ladder(
                                        "apart (stages ladder-NAME-<i>; default: the study's ladder)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Recipe overrides every rung shares, as YAML: "
                                          "'{train.precision: bf16-mixed, data.path: /data/fineweb10B}'."),
-    lr_resolution: Optional[float] = typer.Option(None, help="Refine each architecture's sweep at every rung to this "
-                                                "many decades around its best; 0: no refinement (default: "
-                                                "train.lr_resolution)."),
     target: Optional[float] = typer.Option(None, help="Extrapolate the order to this many parameters."),
     out: Optional[Path] = typer.Option(None, help="Folder for ladder.md, ladder.json and ladder.png, and each "
                                        "rung's report in OUT/ladder-<i>/ (default: results/<name>/ladder, the rungs' "
@@ -240,9 +235,8 @@ def ladder(
     from .ranking import DEFAULT_AGAINST
     from .stages.ladder import plan_rungs, resolve_ladder
 
-    given = {"tokens_per_param": tokens_per_param, "max_steps": max_steps, "lr": lr, "target": target,
-             "lr_extend": lr_extend, "lr_resolution": lr_resolution}
-    given = {**{k: v for k, v in given.items() if v is not None}, **_stage_settings(shared)}
+    given = {"tokens_per_param": tokens_per_param, "max_steps": max_steps, "lr": lr, "target": target}
+    given = {**{k: v for k, v in given.items() if v is not None}, **_sweep_settings(shared), **_stage_settings(shared)}
     if name is not None:
         given["name"] = name
     if recipe is not None:
@@ -272,6 +266,10 @@ def ladder(
     plan_rungs(parent.recipe, cfg)  # the rungs checked (and required) before anything trains
     if not report_only:
         _launch(stage_job("ladder", parent, ladder=cfg), shared["jobs"], None, shared["verbose"])
+    if shared["measure_throughput"]:
+        from .stages.ladder import ladder_handles
+
+        _measure_stages([h for _, h in ladder_handles(parent, cfg)])
     from .report import write_ladder_report
 
     bases = cfg.baselines if cfg.baselines is not None else parent.recipe.search.baselines
@@ -345,6 +343,16 @@ def report(
 
     handle = _read_study(**shared)
     if measure_throughput:
+        from .records import STAGE_SEP
+
+        if STAGE_SEP in handle.study.study_name:  # its model, batch or context may not be the study's recipe's
+            parent, kind = handle.study.study_name.split(STAGE_SEP, 1)
+            command = "ladder" if kind.startswith("ladder") else "robustness" if kind.startswith("robust") else None
+            raise NormsearchError(
+                f"--measure-throughput: {handle.study.study_name!r} is a stage of study {parent!r}, whose model may "
+                f"not be the study's recipe's; measure it with "
+                + (f"`normsearch {command} STUDY --report-only --measure-throughput`" if command else
+                   f"`normsearch report` on the study {parent!r}"))
         from ._cost_bench import measure_study
         from .ranking import rank
 

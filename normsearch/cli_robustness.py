@@ -8,23 +8,19 @@ from typing import Optional
 
 import typer
 
-from .cli_stage import STAGE_OPTIONS, _launch, _stage_parent, _stage_settings
+from .cli_stage import STAGE_OPTIONS, SWEEP_OPTIONS, _launch, _measure_stages, _stage_parent, _stage_settings, \
+    _sweep_settings
 from .cli_support import shared_options, user_errors
 
 
 @user_errors
-@shared_options(*STAGE_OPTIONS)
+@shared_options(*STAGE_OPTIONS, *SWEEP_OPTIONS)
 def robustness(
     variants: Optional[str] = typer.Option(None, help="Variants of the recipe, comma-separated (default: swiglu, "
                                            "context-4x, bpe, shakespeare, no-weight-decay, no-warmup, steps-4x, "
                                            "steps-16x; the reference, base, is always trained)."),
     define: Optional[str] = typer.Option(None, help="More variants, as YAML: '{wd-high: {train.weight_decay: 0.3}}' "
                                          "(each a mapping of recipe overrides); name them in --variants."),
-    lr_extend: Optional[int] = typer.Option(None, help="Points each variant's sweep may add past an end that holds "
-                                            "the best (default: train.lr_extend)."),
-    lr_resolution: Optional[float] = typer.Option(None, help="Refine each variant's sweep to this many decades "
-                                                  "around each architecture's best; 0: none (default: "
-                                                  "train.lr_resolution)."),
     out: Optional[Path] = typer.Option(None, help="Folder for robustness.md and robustness.json, and each "
                                        "variant's report in OUT/robust-<name>/ (default: "
                                        "results/<name>/robustness, the variants' reports in "
@@ -47,8 +43,7 @@ def robustness(
     from .stages.robustness import resolve
 
     parent = _stage_parent(**shared)
-    given = {k: v for k, v in {"lr_extend": lr_extend, "lr_resolution": lr_resolution}.items() if v is not None}
-    given.update(_stage_settings(shared))
+    given = {**_sweep_settings(shared), **_stage_settings(shared)}
     if variants is not None:
         given["variants"] = [v.strip() for v in variants.split(",") if v.strip()]
     if define is not None:
@@ -59,6 +54,10 @@ def robustness(
     cfg = resolve(parent, given, report_only)
     if not report_only:
         _launch(stage_job("robustness", parent, robustness=cfg), shared["jobs"], None, shared["verbose"])
+    if shared["measure_throughput"]:
+        from .stages.robustness import variant_handles
+
+        _measure_stages([h for _, h, _ in variant_handles(parent, cfg)])
     path = write_robustness_report(parent, cfg, out or parent.folder / "robustness", rungs_dir=out)
     typer.echo(f"robustness report: {path} (with robustness.json; each variant's report in "
                f"{out or parent.folder}/robust-<name>/)")

@@ -47,6 +47,44 @@ STAGE_OPTIONS = (
 )
 
 
+# The options of the stages that sweep the learning rate in each of several stages (a ladder's rungs, the
+# recipe variants) and measure what each architecture costs per second there, defined once.
+SWEEP_OPTIONS = (
+    ("lr_extend", Optional[int], typer.Option(None, "--lr-extend", help="Points the sweep of each stage (each rung, "
+                                              "each variant) may add past an end that holds the best (default: "
+                                              "train.lr_extend).")),
+    ("lr_resolution", Optional[float], typer.Option(None, "--lr-resolution", help="Refine each architecture's sweep "
+                                                    "in each stage (each rung, each variant) to this many decades "
+                                                    "around its best; 0: no refinement (default: "
+                                                    "train.lr_resolution).")),
+    ("measure_throughput", bool, typer.Option(False, "--measure-throughput", help="Before the report, time every "
+                                              "architecture's training step in each trained stage at that stage's "
+                                              "own model, batch and context, interleaved in one process, into the "
+                                              "stage's throughput.json: its tokens/s ratios and effective speed-ups "
+                                              "then come from it, not from the runs' records.")),
+)
+
+
+def _sweep_settings(shared: dict) -> dict:
+    """The sweep settings given on the command line (SWEEP_OPTIONS)."""
+    return {k: shared[k] for k in ("lr_extend", "lr_resolution") if shared[k] is not None}
+
+
+def _measure_stages(handles, echo=typer.echo) -> None:
+    """``--measure-throughput``: every stage in ``handles`` (StudyHandles) that has a finished trial, measured at
+    its own recipe's shape into its own folder's ``throughput.json`` (a stage still to train is skipped)."""
+    from optuna.trial import TrialState
+
+    from ._cost_bench import measure_study
+    from .ranking import rank
+
+    for h in handles:
+        if not h.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            echo(f"{h.study.study_name}: nothing trained yet, not measured")
+            continue
+        echo(f"wrote {measure_study(h, rank(h, against=[]))}")
+
+
 def _stage_settings(shared: dict, auto: bool = False) -> dict:
     """The settings of a stage given on the command line (top, seeds, first seed, baselines); ``auto``:
     ``--seeds auto`` is allowed (the confirmation's power analysis)."""

@@ -217,6 +217,24 @@ def test_report_only_alone_reports_the_stored_ladder_and_out_keeps_the_rung_repo
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
+@pytest.mark.slow
+def test_measure_throughput_times_each_rung_at_its_own_size_and_its_ranking_reads_it(laddered, tmp_path, no_plots):
+    """--measure-throughput with --report-only: every rung's architectures timed at that rung's model into the
+    rung's folder (not the study's), and each rung's ranking reads its tokens/s from there (the ratios need a
+    ranked baseline, which this ladder's stalled runs leave none of: the tests of normsearch._throughput divide).
+    """
+    result = runner.invoke(app, ["ladder", str(laddered), "--report-only", "--measure-throughput",
+                                 "--out", str(tmp_path / "y")])
+    assert result.exit_code == 0, result.output
+    assert not (laddered / "throughput.json").exists()
+    for i in range(3):
+        stored = json.loads((laddered / f"ladder-{i}" / "throughput.json").read_text())
+        assert stored["meta"]["key"]["n_layers"] == i + 1 and stored["meta"]["study"] == f"lad/ladder-{i}"
+        rows = json.loads((tmp_path / "y" / f"ladder-{i}" / "ranking.json").read_text())["rows"]
+        measured = {k: v["tokens_per_s"] for k, v in stored["archs"].items()}
+        assert {r["arch_id"]: r["measured_tokens_per_s"] for r in rows} == measured  # what the ratios divide
+
+
 def test_the_sweep_at_every_rung_is_extended_and_a_rung_added_later_trains_alone(tmp_path, no_plots, monkeypatch):
     """Two learning rates and --lr-extend 1: with two points the best is at an end, so every rung adds
     one point beyond it; the report lists each architecture's learning rates (the extension

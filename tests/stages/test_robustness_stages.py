@@ -105,3 +105,28 @@ def test_variants_resume_after_kill_9_train_nothing_twice_and_report(searched, t
     assert [v["name"] for v in again["variants"]] == ["base", "no-warmup", "steps-4x"]
     assert again["contrasts"] == data["contrasts"]
     assert (tmp_path / "r" / "robust-steps-4x" / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_measure_throughput_times_each_variant_at_its_own_shape_into_its_own_folder(searched, tmp_path):
+    """--measure-throughput measures every trained variant at the variant's model (the swiglu variant's
+    feed-forward, not the study's) into the variant's folder, and the cost table reads it; the study's own
+    throughput.json is left alone, and `report --measure-throughput` on a stage is refused in one line."""
+    args = ["robustness", str(searched), "--variants", "swiglu", "--top", "1", "--seeds", "2", "--baselines",
+            "pre_ln", "--jobs", "1", "--measure-throughput", "--out", str(tmp_path / "r")]
+    with pytest.MonkeyPatch.context() as mp:
+        _skip_plots(mp)
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert not (searched / "throughput.json").exists()
+    stored = json.loads((searched / "robust-swiglu" / "throughput.json").read_text())
+    assert stored["meta"]["key"]["ffn"] == "swiglu" and stored["meta"]["study"].endswith("/robust-swiglu")
+    assert len(stored["archs"]) == 2 and all(a["tokens_per_s"] > 0 for a in stored["archs"].values())
+    base = json.loads((searched / "robust-base" / "throughput.json").read_text())
+    assert base["meta"]["key"]["ffn"] == "gelu"
+    data = json.loads((tmp_path / "r" / "robustness.json").read_text())
+    rows = {(v["name"], r["label"]): r for v in data["variants"] for r in v["rows"]}
+    assert {r["throughput_source"] for (name, _), r in rows.items() if name == "swiglu"} == {"measured"}
+    result = runner.invoke(app, ["report", str(searched), "--study-name", "rob/robust-swiglu", "--measure-throughput",
+                                 "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "is a stage of study 'rob'" in result.output, result.output
