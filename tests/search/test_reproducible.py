@@ -102,7 +102,7 @@ def _rows(folder: Path) -> list[tuple]:
 def test_a_study_run_twice_on_2_workers_and_once_on_1_gives_the_same_ranking(tmp_path):
     """The same command twice with 2 local workers, and once with 1 worker at the same threads per run:
     ranking.json's rows (labels, sites, arch ids, scores to the last digit) are identical."""
-    recipe = write_tiny_recipe(tmp_path, name="rep", steps=40, trials=5)
+    recipe = write_tiny_recipe(tmp_path, name="rep", steps=40, trials=3)  # 2 random start-up, 1 from TPE
     common = ["--train.lr", "[1.0e-2]", "--train.batch_size", "8", "--search.in_flight", "2"]
     out = {}
     for name, jobs in (("two", 2), ("again", 2), ("one", 1)):
@@ -110,6 +110,6 @@ def test_a_study_run_twice_on_2_workers_and_once_on_1_gives_the_same_ranking(tmp
         assert p.returncode == 0, p.stderr[-3000:]
         out[name] = _rows(tmp_path / "results" / name)
     assert any(r[3] is not None for r in out["two"]), "every run failed: the test would compare nothing"
-    assert len(out["two"]) == 7
+    assert len(out["two"]) == 5
     assert out["again"] == out["two"]
     assert out["one"] == out["two"]
