@@ -10,7 +10,8 @@ Block options are searched too (``options:``): ``depth_scale: [off, on]`` (Layer
 recommend, no scaled init of the residual projections), ``residual:`` a list
 of presets (``plain``, ``deepnorm``, ``rezero``, ``layerscale``, ``scalars``, ``lambdas``), ``gate: [none,
 head, elementwise]``, ``x0: [none, input, attn]``, ``sinks: [off, on]``, ``gain: [vector, none,
-one_plus]`` (the gain of every norm whose kind has one: a vector, weightless, or 1 + w) and
+one_plus]`` (the gain of every norm whose kind has one: a vector, weightless (and then without a bias
+too, as the baselines' weightless norms), or 1 + w) and
 ``gain_decay: [off, on]``; see normsearch.block_options and normsearch.sites.
 
 Each choice becomes one Optuna categorical parameter with a stable name (``site.attn_in``,
@@ -124,6 +125,8 @@ class SearchSpace:
             g = values.get(f"gran.{site}", grans[site][0]) if site in HEAD_SITES else None
             k = kind if choice == "norm" else choice
             opts = {"gain": gain} if "gain" in NORM_KINDS[k].options else {}
+            if gain == "none" and "bias" in NORM_KINDS[k].options:  # weightless: no affine at all, as the baselines'
+                opts["bias"] = False
             return NormSpec(k, g, depth_scale=depth and site in DEPTH_SCALE_SITES, **opts)
 
         block: dict[str, NormSpec] = {}

@@ -266,3 +266,24 @@ def test_bad_speedrun_options_are_one_line_naming_the_choices(options, message):
 def test_a_ctx_granularity_outside_the_head_sites_is_refused():
     with pytest.raises(NormsearchError, match="only q, k, v and ctx have one, not 'attn_in'"):
         parse_space({"sites": {"attn_in": ["none", "norm"]}, "granularity": {"attn_in": "head"}})
+
+
+def test_a_weightless_norm_of_a_space_has_no_bias_either_as_the_baselines_weightless_norms():
+    """gain: none is weightless: a LayerNorm (or DyT) of the space then has neither gain nor bias, the same
+    norm as a baseline's weightless one (baselines._norm), so a weightless baseline block with LayerNorm is a
+    point of a space that holds its sites, and the point's arch_id is the baseline's."""
+    from normsearch.baselines import _norm
+    from normsearch.spec import Placement
+
+    sp = parse_space({"kind": "layernorm", "sites": {"attn_in": ["none", "norm"], "ffn_in": ["none", "norm"],
+                                                     "final": ["none", "norm"]},
+                      "options": {"gain": ["vector", "none"]}})
+    v = next(v for v in sp.grid() if v.get("opt.gain") == "none" and v["site.attn_in"] == "norm")
+    norms = [s for _, s in sp.placement(v).block] + [sp.placement(v).final]
+    assert norms and all(s.gain == "none" and s.opts["bias"] is False for s in norms if s is not None)
+    ln = _norm("layernorm", "none")
+    hand = Placement(block={"attn_in": ln, "ffn_in": ln}, final=ln)
+    w = sp.params_of(hand, 4)
+    assert w is not None and sp.placement(w).arch_id(4) == hand.arch_id(4)
+    vector = next(v for v in sp.grid() if v.get("opt.gain") == "vector" and v["site.attn_in"] == "norm")
+    assert all(s.opts["bias"] is True for _, s in sp.placement(vector).block)  # a gain keeps its bias
