@@ -196,8 +196,10 @@ def _confirmation(handle, search: Ranking, out_dir: Path, against):
     from ..stages import confirm_handle
     from ._confirmed import confirmed_lines, racing_summary
 
-    if not isinstance(handle, StudyHandle):
-        return None
+    from ..records import STAGE_SEP
+
+    if not isinstance(handle, StudyHandle) or STAGE_SEP in handle.study.study_name:
+        return None  # a stage (a rung, a variant) has no confirmation; its study's is not its own
     try:
         stage = confirm_handle(handle)
     except NormsearchError:  # a storage that cannot hold stages (an in-memory study)

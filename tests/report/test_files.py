@@ -168,3 +168,21 @@ def test_report_plots_false_writes_the_report_without_drawing(tiny_study, tmp_pa
     written = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"report.md", "ranking.csv", "ranking.json"} <= written and not any(n.endswith(".png") for n in written)
     assert ".png" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_stage_reported_alone_does_not_take_its_studys_confirmation(monkeypatch, tmp_path):
+    """`normsearch report STUDY --study-name S/ladder-2` opens the stage under the study's recipe; the stage has
+    no confirmation of its own, and S/confirm (found by the recipe's name) is not it."""
+    from types import SimpleNamespace
+
+    from normsearch.report import _files
+    from normsearch.search import StudyHandle
+    import normsearch.stages
+
+    asked = []
+    monkeypatch.setattr(normsearch.stages, "confirm_handle", lambda h: asked.append(h) or None)
+    recipe = SimpleNamespace(name="s")
+    stage = StudyHandle(recipe, SimpleNamespace(study_name="s/ladder-2"), "sqlite://", tmp_path)
+    assert _files._confirmation(stage, None, tmp_path, []) is None and asked == []
+    study = StudyHandle(recipe, SimpleNamespace(study_name="s"), "sqlite://", tmp_path)
+    assert _files._confirmation(study, None, tmp_path, []) is None and asked == [study]  # a study still looks
