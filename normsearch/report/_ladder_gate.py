@@ -6,6 +6,7 @@ computed here."""
 
 from __future__ import annotations
 
+from ..stats.gate import HOLD_FACTOR
 from ..stats.rung import LR_WINDOW
 from ._columns import UNIT
 
@@ -19,6 +20,13 @@ def _slope(g) -> str:
         return f"- ({_md(g.slope_note)})" if g.slope_note else "-"
     ci = f" [{g.slope_ci[0]:+.4f}, {g.slope_ci[1]:+.4f}]" if g.slope_ci is not None else ""
     return f"{g.slope:+.4f}{ci}"
+
+
+def _hold(g) -> str:
+    if getattr(g, "hold_gap", None) is None:
+        return "-"
+    ci = f" [{g.hold_ci[0]:+.4f}, {g.hold_ci[1]:+.4f}]" if g.hold_ci is not None else ""
+    return f"{g.hold_gap:+.4f}{ci} (N = {g.hold_size:.3g})"
 
 
 def _gaps(g) -> str:
@@ -45,18 +53,20 @@ def gate_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) ->
               f"p-values (an intersection-union test) must pass Holm over the {len(gates)} pairs below at "
               f"{stats.alpha:g}; (b) its failure rate over the runs within {w}x of its own chosen learning rate, "
               f"and at least at the nearest learning rate trained on each side of it, is no higher than the "
-              f"baseline's over the same neighbourhood of its own, at every rung; and (c) the gain does not "
-              f"shrink with size: the per-rung gap (found - baseline, {unit}; negative: found better) regressed on "
-              f"log10 N weighted by each gap's inverse variance, its slope's 95% interval (over the draws of the "
-              f"rung means) not entirely on the side that moves the gap toward zero. Rungs small to large: "
-              f"{', '.join(map(_md, stats.rungs))}.", "",
+              f"baseline's over the same neighbourhood of its own, at every rung; and (c) the gain holds with "
+              f"size: the per-rung gap (found - baseline, {unit}; negative: found better) regressed on log10 N "
+              f"weighted by each gap's inverse variance, and the fitted line at {HOLD_FACTOR:g}x the largest rung "
+              f"(the ladder's extrapolation limit) wholly a gain over its 95% interval (over the draws of the rung "
+              f"means): the burden is on the found placement, so a gain whose shrinking toward zero the ladder "
+              f"cannot exclude is not promoted. Rungs small to large: {', '.join(map(_md, stats.rungs))}.", "",
               f"| found | baseline | verdict | gap per rung ({unit}) | failed near its lr (found v baseline) "
-              f"| gap's slope per decade [95%] | (a) Holm p |", "|---|---|---|---|---|---|---|"]
+              f"| gap's slope per decade [95%] | gap at {HOLD_FACTOR:g}x the largest rung [95%] | (a) Holm p |",
+              "|---|---|---|---|---|---|---|---|"]
     for g in gates:
         verdict = "**promoted**" if g.promoted else "not promoted"
         p = f"{g.p_holm:.3g}" if g.p_holm is not None else "-"
         lines.append(f"| {name(g.found)} | {name(g.baseline)} | {verdict} | {_gaps(g)} | {_windows(g)} | {_slope(g)} "
-                     f"| {p} |")
+                     f"| {_hold(g)} | {p} |")
     lines.append("")
     for g in gates:
         head = f"`{name(g.found)}` over `{name(g.baseline)}`"

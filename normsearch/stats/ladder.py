@@ -42,14 +42,13 @@ from ..records import jsonable
 from .gate import Gate, promotion_gates
 from .inference import ALPHA
 from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
-from .rung import Rung, RungDiff, RungInfo, RungPoint, mean_draws, rung_diff, rung_points
+from .rung import MAX_FACTOR, Rung, RungDiff, RungInfo, RungPoint, mean_draws, rung_diff, rung_points
 from .rung import RungArch, rung_from_runs  # noqa: F401  (re-exported: their home was this module)
 
 N_DRAWS = 2000  # draws of every rung mean (:func:`mean_draws`): parametric, not a bootstrap of the seeds
 REVERSAL_VERDICTS = ("both significant", "one significant", "within noise")
 P_CROSS_WARN = 0.10  # warn of a pair whose drawn curves cross before N* in more than this share of draws
 FEW_SEEDS = 3  # a mean over fewer successful seeds gets a warning: its SD, and so its interval, is barely estimated
-MAX_FACTOR = 4.0  # a target beyond this many times the largest rung is not extrapolated (docs/statistics.md)
 
 
 @dataclass

@@ -25,6 +25,8 @@ import numpy as np
 from .inference import ALPHA, compare, draw_scale, interval, variance_fit
 from .outcomes import LrCell, Run, hurdle_order, sweep, unbracketed, wilson
 
+MAX_FACTOR = 4.0  # nothing is carried beyond this many times the largest size that backs it: the power laws'
+# extrapolation (docs/statistics.md) and the promotion gate's projection of the gap
 LR_WINDOW = 2.0  # the promotion gate's neighbourhood of a chosen learning rate: [lr / 2, lr x 2], and at
 # least the nearest trained learning rate on each side (RungArch.window)
 
