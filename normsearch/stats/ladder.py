@@ -330,7 +330,9 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
     whose draws' curves cross there in more than :data:`P_CROSS_WARN` of the draws. Only fits that pass
     their lack-of-fit test are carried to ``target``, and none when ``target`` is more than
     ``max_factor`` times ``largest`` (the largest rung; default the largest size fitted): then
-    ``refused`` says so and nothing is extrapolated.
+    ``refused`` says so and nothing is extrapolated. A fit is also left out (with the reason) when ``target``
+    is more than ``max_factor`` times beyond its own largest fitted size or below its own smallest: an
+    architecture trained at the lower rungs only is not carried from there.
     ``failing``: architectures to flag for failures at the largest rung; ``left_out``: architecture ->
     reason, kept out of the order (as are those without a fit)."""
     out = {a: f"no fit: {f.reason}" for a, f in fits.items() if not f.ok}
@@ -343,6 +345,15 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
             out[a] = f"its power law is untested: {lof.reason if lof is not None else 'no lack-of-fit test'}"
     for a, why in (left_out or {}).items():
         out.setdefault(a, why)
+    for a, f in fits.items():  # each fit vouches for its own sizes only: an architecture missing the top rungs
+        if a in out or not f.sizes:  # is not carried further than the factor from its own largest size
+            continue
+        if target > max_factor * max(f.sizes):
+            out[a] = (f"not extrapolated: N* is more than {max_factor:g}x its own largest fitted size "
+                      f"({max(f.sizes):.3g})")
+        elif target < min(f.sizes) / max_factor:
+            out[a] = (f"not extrapolated: N* is more than {max_factor:g}x below its own smallest fitted size "
+                      f"({min(f.sizes):.3g})")
     if largest is None:
         largest = max((max(f.sizes) for f in fits.values() if f.sizes), default=target)
     if target > max_factor * largest:
@@ -360,8 +371,9 @@ def extrapolate(fits: Mapping[str, PowerFit], target: float, failing: Sequence[s
     p_order = float(np.mean(np.all(np.diff(draws, axis=1) > 0, axis=1))) if draws is not None else None
     crossings = []
     for a, b in itertools.combinations(order, 2):
-        at = crossing(fits[a], fits[b], largest, target)
-        p = p_crossing(fits[a], fits[b], largest, target)
+        start = min(largest, max(fits[a].sizes), max(fits[b].sizes))  # where the data of both end
+        at = crossing(fits[a], fits[b], start, target)
+        p = p_crossing(fits[a], fits[b], start, target)
         if at is not None or (p is not None and p > P_CROSS_WARN):
             crossings.append(Crossing(a, b, at, p))
     return Extrapolation(float(target), float(largest), projections, p_order, crossings, out,

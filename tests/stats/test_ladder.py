@@ -210,6 +210,23 @@ def test_extrapolation_gives_intervals_and_p_best():
     assert pa.loss == pytest.approx(law(2.0, 1.5, 0.3)(2.5e7), abs=0.02)
 
 
+def test_each_fit_is_carried_at_most_4x_beyond_its_own_sizes():
+    """Eight rungs; `short` trained at the first five only (a ladder in progress): its fit passes its check,
+    but a target 4x beyond the ladder's top is 128x beyond its own largest size, so it is left out with the
+    reason, while `a`, fitted over all eight, is carried; a target far below every rung is refused per fit."""
+    sizes = [2.5e4 * 2 ** k for k in range(8)]
+    truth = {"a": law(2.0, 1.5, 0.3), "short": law(2.1, 1.5, 0.3)}
+    rungs = ladder(truth, sizes=sizes)
+    for r in rungs[5:]:
+        del r.archs["short"]
+    st = analyse_ladder(rungs, target=4 * sizes[-1], n_draws=300)
+    assert st.fits["short"].ok and st.fits["a"].ok
+    x = st.extrapolation
+    assert x.order == ["a"] and "its own largest fitted size (4e+05)" in x.left_out["short"]
+    low = analyse_ladder(rungs, target=sizes[0] / 8, n_draws=300).extrapolation
+    assert low.order == [] and all("below its own smallest fitted size" in why for why in low.left_out.values())
+
+
 def test_architectures_that_failed_every_run_rank_last():
     truth = {"a": law(2.0, 1.5, 0.3), "b": law(2.1, 1.5, 0.3), "c": law(2.2, 1.5, 0.3), "d": law(1.0, 1.5, 0.3)}
     # d has the lowest loss wherever it trains, but fails every run at r2 and r3; c also fails at r3
