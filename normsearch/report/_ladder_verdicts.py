@@ -138,7 +138,9 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
               f"{stats.seed}. Adjacent rungs in bold. Decision accuracy, from the smallest rung to each larger one: "
               f"the share of the pairs of architectures that the smallest rung orders (not tied) which the larger "
               f"rung orders the same way (a tie there counts as not the same), with its 95% interval from the same "
-              f"draws: how often a decision taken at the smallest size holds.", "",
+              f"draws: how often a decision taken at the smallest size holds. Both rungs are redrawn, so the "
+              f"interval is for the agreement of the true orders: where a rung's means lie closer than their noise "
+              f"the observed share can sit above it (docs/statistics.md).", "",
               "| rungs | architectures | left out (every run failed at both) | Kendall's tau [95%] | "
               "Spearman's rho [95%] | decision accuracy [95%] (pairs) |", "|---|---|---|---|---|---|"]
     for g in stats.agreements:
