@@ -24,7 +24,8 @@ from .cli_support import (
     storage_option,
     user_errors,
 )
-from .cli_stage import STAGE_OPTIONS, SWEEP_OPTIONS, _launch, _measure_stages, _stage_parent, _stage_settings, _sweep_settings
+from .cli_stage import (STAGE_OPTIONS, SWEEP_OPTIONS, _launch, _measure_stages, _stage_parent, _stage_settings,
+                        _sweep_settings)
 from .errors import NormsearchError
 
 app = typer.Typer(

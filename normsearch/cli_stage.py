@@ -73,13 +73,12 @@ def _sweep_settings(shared: dict) -> dict:
 def _measure_stages(handles, echo=typer.echo) -> None:
     """``--measure-throughput``: every stage in ``handles`` (StudyHandles) that has a finished trial, measured at
     its own recipe's shape into its own folder's ``throughput.json`` (a stage still to train is skipped)."""
-    from optuna.trial import TrialState
-
     from ._cost_bench import measure_study
     from .ranking import rank
+    from .stages._stage import has_finished_trial
 
     for h in handles:
-        if not h.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if not has_finished_trial(h):
             echo(f"{h.study.study_name}: nothing trained yet, not measured")
             continue
         echo(f"wrote {measure_study(h, rank(h, against=[]))}")

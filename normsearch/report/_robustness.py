@@ -28,6 +28,7 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
     statistics across them, as plain data."""
     from ..errors import NormsearchError
     from ..ranking import rank, stat_runs
+    from ..stages._stage import has_finished_trial
     from ..stages.robustness import describe, kind_of, overrides_of, steps_factor, variant_handles
     from ..stats.rung import Rung, rung_from_runs
     from ..stats.robustness import summarise
@@ -48,7 +49,7 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
                  "overrides": overrides_of(parent.recipe, cfg, name),
                  "steps_factor": steps_factor(parent.recipe, cfg, name), "steps": t.steps,
                  "tokens": t.steps * t.batch_size * m.context_length}
-        if not _trained(handle):  # still to train (a stage in progress): no ranking to write, no gap to read
+        if not has_finished_trial(handle):  # still to train (a stage in progress): no ranking to write, no gap to read
             rungs.append(Rung(name, {}))
             listed.append({**entry, "trained": False, "report": None, "rows": []})
             continue
@@ -77,13 +78,6 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
     summaries = summarise(rungs, pairs, lengths if len(lengths) >= 2 else None)
     return {"study": parent.recipe.name, "seeds": variants[0][2].seeds, "found": found, "baselines": bases,
             "variants": listed, "contrasts": [s.to_dict() for s in summaries]}
-
-
-def _trained(handle) -> bool:
-    """Whether any of the variant's trials finished (its architectures have runs to rank)."""
-    from optuna.trial import TrialState
-
-    return bool(handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 def write_robustness_report(parent, cfg, out_dir: Path, rungs_dir: Path | None = None) -> Path:

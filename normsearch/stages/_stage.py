@@ -155,6 +155,14 @@ def train_stages(opened, display=None, verbose: bool = False) -> list:
     return out
 
 
+def has_finished_trial(handle: StudyHandle) -> bool:
+    """Whether any trial of the stage ``handle`` finished (it has runs to rank or to measure); False for a
+    stage still to train."""
+    from optuna.trial import TrialState
+
+    return bool(handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
 def find_stage(parent: StudyHandle, kind: str):
     """The stage study ``kind`` of a search, or None when it was never started."""
     import optuna

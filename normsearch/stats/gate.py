@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .inference import ALPHA, draw_scale, variance_fit
-from .inference import compare
+from .inference import ALPHA, compare, draw_scale, variance_fit
 from .rung import LR_WINDOW, MAX_FACTOR, Rung, RungDiff, rung_diff
 
 LEVEL = 0.95  # the slope's interval
