@@ -1,6 +1,7 @@
 """The ladder's promotion gate and its failures by learning rate, in words and tables (issue 26): for
 each found placement against each baseline, promoted or not with every reason, and per architecture
-and rung the failed runs at each learning rate trained. Built from a
+and rung the failed runs at each learning rate trained; and whether the smallest rung's learning rate
+transfers to the larger ones. Built from a
 :class:`~normsearch.stats.ladder.LadderStats` (its ``promotion`` and its points' ``by_lr``); nothing is
 computed here."""
 
@@ -103,4 +104,50 @@ def stability_lines(stats, labels: dict[str, str] | None = None) -> list[str]:
                  for x in p.by_lr}
         lines.append(f"| {_md(lab.get(a, a))} | {_md(p.rung)} | " + " | ".join(cells.get(k, "-") for k, _ in lrs)
                      + " |")
+    return lines + [""]
+
+
+def _lr(lr) -> str:
+    return "-" if lr is None else f"{lr:g}"
+
+
+def _transfer_cell(c) -> str:
+    if not c.trained:
+        return "not trained"
+    fails = f"failed {c.failed[0]}/{c.failed[1]} v {c.failed_chosen[0]}/{c.failed_chosen[1]}" if (
+        c.failed[0] or c.failed_chosen[0]) else ""
+    if c.diff is None:
+        text = fails or "-"
+    else:
+        ci = f" [{c.ci[0]:+.4f}, {c.ci[1]:+.4f}]" if c.ci is not None else ""
+        text = f"{c.diff:+.4f}{ci}" + (f", {fails}" if fails else "")
+    return f"**{text}**" if c.significant else text
+
+
+def transfer_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) -> list[str]:
+    """Per architecture, the learning rate chosen at each rung and what the smallest rung's would cost at
+    each larger one (:mod:`normsearch.stats.lr_transfer`). Empty when the ladder has no check (learning
+    rates transferred, not swept)."""
+    checks = [t for t in getattr(stats, "lr_transfer", []) or [] if t.costs or t.lrs[0] is None]
+    if not checks:
+        return []
+    lab = labels or {}
+    larger = stats.rungs[1:]
+    lines = ["### Does the learning rate transfer?", "",
+             f"The learning rate each architecture chose at each rung, and what training every larger rung at the "
+             f"smallest rung's choice instead would cost there: mean {unit} at the transferred learning rate minus "
+             f"at the rung's own choice, with Welch's 95% interval (unadjusted, one architecture at one rung), and "
+             f"the failed runs at each when either failed; in bold where the transferred learning rate is "
+             f"significantly worse or fails more often. Verdict: *same* (one learning rate at every rung), *no "
+             f"detectable cost* (it moved, but no rung shows a cost; not an equivalence test: the interval shows "
+             f"what cost it leaves possible), *does not transfer*, or *not checked* (the smallest rung chose nothing, "
+             f"or a larger rung did not train its choice).", "",
+             "| architecture | chosen lr per rung | shift (decades) | "
+             + " | ".join(f"cost at {_md(r)}" for r in larger) + " | verdict |", "|---|---|---|" + "---|" * len(larger) + "---|"]
+    for t in checks:
+        by = {c.rung: c for c in t.costs}
+        shift = f"{t.shift_decades:+.2f}" if t.shift_decades is not None else "-"
+        cells = [_transfer_cell(by[r]) if r in by else "-" for r in larger]
+        lines.append(f"| {_md(lab.get(t.arch, t.arch))} | {', '.join(_lr(x) for x in t.lrs)} | {shift} | "
+                     + " | ".join(cells) + f" | {t.verdict} |")
     return lines + [""]

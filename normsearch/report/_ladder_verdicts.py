@@ -11,7 +11,7 @@ from ..ranking import format_p
 from ..stats.ladder import FEW_SEEDS, P_CROSS_WARN
 from ..stats.powerlaw import LOF_ALPHA, MIN_RESID_DF, MIN_RUNGS
 from ._columns import UNIT, num
-from ._ladder_gate import gate_lines, stability_lines
+from ._ladder_gate import gate_lines, stability_lines, transfer_lines
 
 
 def _md(text) -> str:
@@ -160,7 +160,7 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
                      f"a failure-rate difference Fisher's exact test.")
         lines.append("")
         lines += ["- " + reversal_sentence(stats, r, lab, unit) for r in stats.reversals]
-    return lines + [""] + gate_lines(stats, lab, unit) + stability_lines(stats, lab) + fit_lines(stats, lab, unit)
+    return lines + [""] + gate_lines(stats, lab, unit) + stability_lines(stats, lab) + transfer_lines(stats, lab, unit) + fit_lines(stats, lab, unit)
 
 
 def _accuracy(g) -> str:

@@ -32,6 +32,7 @@ from .inference import (ALPHA, MARGIN, POWER, VARIANCE_METHOD, VERDICTS, Compari
 from .ladder import LadderStats, analyse_ladder, extrapolate
 from .outcomes import (OUTCOMES, ArchLr, LrBasin, LrCell, Run, arch_basin, classify_run, hurdle_key, hurdle_order,
                        lr_basin, stall_margin, sweep, unigram_bits_per_byte, wilson)
+from .lr_transfer import LrTransfer, TransferCost, lr_transfer
 from .rung import Rung, RungArch, rung_from_runs
 from .search_value import (FrontLoading, SearchValue, ShiftTest, Trend, expected_best_of_k, front_loading,
                            hodges_lehmann, search_value, shift_test, trend)
@@ -46,4 +47,5 @@ __all__ = [
     "shift_test", "hodges_lehmann", "FrontLoading", "front_loading",
     "ArchStats", "StudyStats", "analyse",
     "Rung", "RungArch", "rung_from_runs", "LadderStats", "analyse_ladder", "extrapolate",
+    "LrTransfer", "TransferCost", "lr_transfer",
 ]

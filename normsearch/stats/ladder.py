@@ -22,7 +22,9 @@ and its failed runs (at the learning rate it is scored at; :func:`rung_from_runs
    :data:`MAX_FACTOR` times the largest rung) the extrapolated losses of the fits that pass it, their
    order, P(best) and the crossings to warn of (the fitted curves cross, or more than
    :data:`P_CROSS_WARN` of the draws do);
-6. what the numbers rest on: the rungs where an architecture failed every run, the means with fewer
+6. per architecture, whether the learning rate chosen at the smallest rung carries to the larger
+   ones, and what it would cost there (:mod:`.lr_transfer`);
+7. what the numbers rest on: the rungs where an architecture failed every run, the means with fewer
    than :data:`FEW_SEEDS` successful seeds, and the chosen learning rates at an end of what was
    trained (an optimum the sweep did not bracket: it may lie beyond the trained range); and what each
    rung was (:class:`RungInfo`: parameters, tokens per parameter, precision).
@@ -41,6 +43,7 @@ import numpy as np
 from ..records import jsonable
 from .gate import Gate, promotion_gates
 from .inference import ALPHA
+from .lr_transfer import LrTransfer, lr_transfer
 from .powerlaw import PowerFit, crossing, fit_power_law, p_crossing
 from .rung import MAX_FACTOR, Rung, RungDiff, RungInfo, RungPoint, mean_draws, rung_diff, rung_points
 from .rung import RungArch, rung_from_runs  # noqa: F401  (re-exported: their home was this module)
@@ -152,6 +155,7 @@ class LadderStats:
     at_edge: list[tuple[str, str, float]] = field(default_factory=list)  # (arch, rung, lr): an unbracketed optimum
     rung_info: list[RungInfo] = field(default_factory=list)  # per rung, as ``rungs``: parameters, tokens, precision
     promotion: list[Gate] = field(default_factory=list)  # every found placement against every baseline
+    lr_transfer: list[LrTransfer] = field(default_factory=list)  # per architecture: does the first rung's lr carry?
 
     def agreement(self, a: str, b: str) -> Agreement | None:
         return next((g for g in self.agreements if {g.rung_a, g.rung_b} == {a, b}), None)
@@ -418,4 +422,5 @@ def analyse_ladder(rungs: Sequence[Rung], target: float | None = None, size_unit
         extrapolation=(extrapolate(fits, target, failing, gone, max(sizes) if sizes else None)
                        if target is not None else None), n_draws=n_draws,
         seed=seed, alpha=alpha, all_failed=dead, few_seeds=few, at_edge=edge, rung_info=info,
-        promotion=promotion_gates(rungs, found, list(baselines), draws, alpha, size_unit) if baselines else [])
+        promotion=promotion_gates(rungs, found, list(baselines), draws, alpha, size_unit) if baselines else [],
+        lr_transfer=lr_transfer(rungs))
