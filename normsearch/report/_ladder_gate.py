@@ -143,7 +143,8 @@ def transfer_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT
              f"what cost it leaves possible), *does not transfer*, or *not checked* (the smallest rung chose nothing, "
              f"or a larger rung did not train its choice).", "",
              "| architecture | chosen lr per rung | shift (decades) | "
-             + " | ".join(f"cost at {_md(r)}" for r in larger) + " | verdict |", "|---|---|---|" + "---|" * len(larger) + "---|"]
+             + " | ".join(f"cost at {_md(r)}" for r in larger) + " | verdict |",
+             "|---|---|---|" + "---|" * len(larger) + "---|"]
     for t in checks:
         by = {c.rung: c for c in t.costs}
         shift = f"{t.shift_decades:+.2f}" if t.shift_decades is not None else "-"

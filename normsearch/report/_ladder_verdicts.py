@@ -160,7 +160,8 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
                      f"a failure-rate difference Fisher's exact test.")
         lines.append("")
         lines += ["- " + reversal_sentence(stats, r, lab, unit) for r in stats.reversals]
-    return lines + [""] + gate_lines(stats, lab, unit) + stability_lines(stats, lab) + transfer_lines(stats, lab, unit) + fit_lines(stats, lab, unit)
+    return (lines + [""] + gate_lines(stats, lab, unit) + stability_lines(stats, lab)
+            + transfer_lines(stats, lab, unit) + fit_lines(stats, lab, unit))
 
 
 def _accuracy(g) -> str:
