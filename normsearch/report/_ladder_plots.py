@@ -47,8 +47,8 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
             if target is not None and target != n_hi and a not in stats.extrapolation.left_out:
                 ext = np.geomspace(n_hi, target, 100)
                 ax.plot(ext, fit.predict(ext), color=color, linestyle="--", linewidth=1.2)
-        err = [[p.failure_rate_all - p.failure_ci_all[0] for p in ps],
-               [p.failure_ci_all[1] - p.failure_rate_all for p in ps]]
+        err = [[max(0.0, p.failure_rate_all - p.failure_ci_all[0]) for p in ps],
+               [max(0.0, p.failure_ci_all[1] - p.failure_rate_all) for p in ps]]
         af.errorbar([p.size for p in ps], [p.failure_rate_all for p in ps], yerr=err,
                     color=color, marker=marker, markersize=5, capsize=3, label=label, ecolor=color, elinewidth=0.8,
                     alpha=0.8)

@@ -106,7 +106,11 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k == 0 and k == n the bound is exactly 0 or 1 in exact arithmetic; rounding can leave it 1e-16 inside,
+    # which puts the observed rate outside its own interval (a negative error bar)
+    lo = 0.0 if k == 0 else max(0.0, centre - half)
+    hi = 1.0 if k == n else min(1.0, centre + half)
+    return lo, hi
 
 
 @dataclass(kw_only=True)

@@ -65,6 +65,15 @@ def test_wilson_known_values():
         wilson(4, 3)
 
 
+def test_wilson_holds_the_observed_rate_at_every_n():
+    # at k = 0 or k = n, rounding used to leave the bound 1e-16 inside (13 of 13 gave 0.9999999999999999), so the
+    # ladder's failure plot got a negative error bar and matplotlib stopped the report
+    for n in range(1, 300):
+        for k in (0, 1, n - 1, n):
+            lo, hi = wilson(k, n)
+            assert lo <= k / n <= hi, (k, n, lo, hi)
+
+
 def test_classify_run():
     assert classify_run(3.0, diverged=True) == "diverged"
     assert classify_run(None) == "diverged"
