@@ -244,8 +244,9 @@ def _weightless(kind: str, *sites: str) -> dict[str, NormSpec]:
 
 
 @_baseline("modded_nanogpt", f"modded-nanogpt, the GPT-2 speedrun (record #89, 2026): {_MODDED}",
-           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L952; "
-           "QK norm L1106); per sublayer a learned stream multiplier (resid_lambdas, from sqrt(1.1), lr x 5) "
+           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in "
+           "and final (norm(), L952; QK norm L1106); per sublayer a learned stream multiplier (resid_lambdas, "
+           "from sqrt(1.1), lr x 5) "
            "and branch multiplier (post_lambdas, from 1) (L1334-1338, L1638, L1665, lr_mul L2035-2036); x0 "
            "added with the attention branch through a per-token gate (L1638). Not expressed here: the x0 "
            "gates' network (a GELU layer of 64 shared by the layers, computed at layers 0 and 4; here a "
@@ -261,9 +262,10 @@ def _modded_nanogpt(kind):
 
 
 @_baseline("nanochat", f"nanochat and autoresearch (Karpathy, 2026): {_NANOCHAT}",
-           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in and final (norm(), L42; "
-           "Block.forward L151-152; QK norm L102, after RoPE, which a weightless norm commutes with); per block a learned multiplier on its input stream and x0 "
-           "mixed in before the pre-norm, x = resid_lambdas[i] x + x0_lambdas[i] x0 (L500), from 1.15 to 1.05 "
+           "weightless RMSNorm (eps None: 2^-23 in float32) at embed (x0), attn_in, per-head q and k, ffn_in "
+           "and final (norm(), L42; Block.forward L151-152; QK norm L102, after RoPE, which a weightless norm "
+           "commutes with); per block a learned multiplier on its input stream and x0 mixed in before the "
+           "pre-norm, x = resid_lambdas[i] x + x0_lambdas[i] x0 (L500), from 1.15 to 1.05 "
            "and 0.20 to 0.05 over the layers (init_weights L238-241), the stream's lr 1/100 of x0's "
            "(setup_optimizer L442-443). Not expressed here: q and k times 1.2 after their norms, value "
            "embeddings and their gates, smear, backout, GQA, sliding windows, relu^2, the logit softcap, "
@@ -285,7 +287,8 @@ def _nanochat(kind):
            init_source=f"{_QWEN3_NEXT}: Qwen3NextPreTrainedModel._init_weights (N(0, initializer_range 0.02) "
                        "for every Linear and Embedding; RMSNorm weights zero)")
 def _qwen3_next(kind):
-    block = {s: _norm(kind, "one_plus", "head" if s in ("q", "k") else None, 1e-6) for s in ("attn_in", "q", "k", "ffn_in")}
+    block = {s: _norm(kind, "one_plus", "head" if s in ("q", "k") else None, 1e-6)
+             for s in ("attn_in", "q", "k", "ffn_in")}
     return Placement(block, final=_norm(kind, "one_plus", eps=1e-6), gate="elementwise", gain_decay=True)
 
 

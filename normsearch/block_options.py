@@ -188,7 +188,8 @@ class Residual:
         if stream not in STREAMS:
             raise SpecError(f"{ctx}residual.stream: {unknown('stream', stream, STREAMS)}")
         if stream == "none" and ("stream_init" in d or "stream_lr" in d):
-            raise SpecError(f"{ctx}residual.stream_init and stream_lr need a stream multiplier (stream: sublayer or block)")
+            raise SpecError(f"{ctx}residual.stream_init and stream_lr need a stream multiplier "
+                            "(stream: sublayer or block)")
         if gain == "none" and "gain_lr" in d:
             raise SpecError(f"{ctx}residual.gain_lr needs a gain (scalar or vector)")
         return cls(_number_or_rule("alpha", d.get("alpha", 1.0), ctx), _number_or_rule("beta", d.get("beta", 1.0), ctx),
@@ -253,7 +254,8 @@ class X0:
         gate = value.get("gate", "scalar")
         if gate not in X0_GATES:
             raise SpecError(f"{ctx}x0.gate: {unknown('gate', gate, X0_GATES)}")
-        return cls(at, gate, _init(value.get("init", 0.0), f"{ctx}x0.init"), _positive(value.get("lr", 1.0), f"{ctx}x0.lr"))
+        return cls(at, gate, _init(value.get("init", 0.0), f"{ctx}x0.init"),
+                   _positive(value.get("lr", 1.0), f"{ctx}x0.lr"))
 
     def to_dict(self) -> dict[str, Any] | None:
         """The canonical form; None where x0 does not re-enter."""

@@ -245,7 +245,8 @@ class Attention(nn.Module):
         self.max_logit: Tensor | None = None  # set during probe_attention()
         self.probe = False
 
-    def forward(self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope, nctx: nn.Module = IDENTITY) -> Tensor:
+    def forward(self, x: Tensor, nq: nn.Module, nk: nn.Module, nv: nn.Module, rope,
+                nctx: nn.Module = IDENTITY) -> Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)
         q, k, v = nq(q), nk(k), nv(v)  # [q] [k] [v]: on the projections, before RoPE

@@ -79,7 +79,8 @@ def param_groups(params: Iterable[tuple[str, Any, str, bool]], lr: float, weight
     parameters and the others, as before muP existed."""
     groups: dict[tuple[float, float], dict] = {}
     for _, p, role, decays, *factor in params:
-        key = (lr * lr_mult(role, m) * (factor[0] if factor else 1.0), weight_decay * wd_mult(role, m) if decays else 0.0)
+        key = (lr * lr_mult(role, m) * (factor[0] if factor else 1.0),
+               weight_decay * wd_mult(role, m) if decays else 0.0)
         group = groups.setdefault(key, {"params": [], "lr": key[0], "weight_decay": key[1], "roles": []})
         group["params"].append(p)
         if role not in group["roles"]:

@@ -56,8 +56,9 @@ def options_lines(r: ResolvedPlacement) -> list[str]:
                      f"x {res['beta']:.4g}; {init}")
         if stream != "none":
             where = "one per sublayer" if stream == "sublayer" else "one per block, on its input"
-            lines.append(f"          s: a learned stream multiplier, {where}, from {_init(res.get('stream_init', 1.0))}, "
-                         f"lr x {res.get('stream_lr', 1.0):g}; g's lr x {res.get('gain_lr', 1.0):g}")
+            lines.append(f"          s: a learned stream multiplier, {where}, "
+                         f"from {_init(res.get('stream_init', 1.0))}, lr x {res.get('stream_lr', 1.0):g}; "
+                         f"g's lr x {res.get('gain_lr', 1.0):g}")
     if r.x0:
         x0 = r.x0
         lam = "one learned scalar" if x0["gate"] == "scalar" else "x0 . w + b per token (w from 0)"

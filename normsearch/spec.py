@@ -22,14 +22,14 @@ from ._layers import LayerSelector, fraction_layers, layer_span
 from ._yaml import where
 from .block_options import PLAIN, X0, Residual, describe_options, parse_flag, parse_gate
 from .errors import SpecError, unknown
-from .sites import (BLOCK_SITES, D_MODEL, FFN_DIM, GRANULARITIES, HEAD_SITES, MODEL_SITES, PROJECTION, QKV_SITES, RESIDUAL_ADD,
-                    SITE, SITE_ABBREV, SITE_TABLE, SITES, NormSpec, Site, parse_sites)
+from .sites import (BLOCK_SITES, D_MODEL, FFN_DIM, GRANULARITIES, HEAD_SITES, MODEL_SITES, PROJECTION, QKV_SITES,
+                    RESIDUAL_ADD, SITE, SITE_ABBREV, SITE_TABLE, SITES, NormSpec, Site, parse_sites)
 
 __all__ = [
     "Block", "Override", "Placement", "ResolvedPlacement",
     # re-exported from .sites (the table of sites and the norm at one site)
-    "BLOCK_SITES", "D_MODEL", "FFN_DIM", "GRANULARITIES", "HEAD_SITES", "MODEL_SITES", "PROJECTION", "QKV_SITES", "RESIDUAL_ADD",
-    "SITE", "SITE_ABBREV", "SITE_TABLE", "SITES", "NormSpec", "Site", "parse_sites",
+    "BLOCK_SITES", "D_MODEL", "FFN_DIM", "GRANULARITIES", "HEAD_SITES", "MODEL_SITES", "PROJECTION", "QKV_SITES",
+    "RESIDUAL_ADD", "SITE", "SITE_ABBREV", "SITE_TABLE", "SITES", "NormSpec", "Site", "parse_sites",
     # re-exported from ._layers
     "LayerSelector", "fraction_layers", "layer_span",
 ]

@@ -120,7 +120,7 @@ def test_the_code_map_lists_every_module():
 
 
 def test_the_readme_names_both_test_commands():
-    assert "&& python -m pytest -q\n```" in README  # the full suite: what CI runs (.ci/run)
+    assert "&& python -m pytest -q -n auto --dist loadfile\n```" in README  # the full suite: what CI runs (.ci/run)
     assert 'python -m pytest -q -m "not slow"' in README  # the inner loop
     assert "docs/code-map.md" in README
 

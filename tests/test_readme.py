@@ -42,7 +42,7 @@ def test_the_quickstart_command_runs_as_written(tmp_path, monkeypatch, one_threa
 
 def test_ci_runs_the_readme_test_command():
     command = first_screen_commands()[1]
-    assert command == "python -m pytest -q", command
+    assert command == "python -m pytest -q -n auto --dist loadfile", command
     ci = (ROOT / ".ci" / "run").read_text()
     between = re.search(r"# --- the README's test command -+\n(.*?)\n", ci).group(1)
     assert between.strip() == command, between

@@ -3,9 +3,9 @@ A's placement with some of those sites taken from B's, and the combinations of a
 leave-one-out) with their labels. Torch-free; no storage here.
 
 A site differs when its norm differs at any layer (or, for ``embed`` and ``final``, at all); the block
-options ``residual``, ``gate``, ``x0``, ``sinks`` and ``gain_decay`` are factors too when A and B differ in them. A combination takes
-each factor's site at every layer from A or from B as resolved at the study's depth, so per-layer
-overrides carry over; the mixed network is written back as a placement (the most common block, the
+options ``residual``, ``gate``, ``x0``, ``sinks`` and ``gain_decay`` are factors too when A and B differ in
+them. A combination takes each factor's site at every layer from A or from B as resolved at the study's
+depth, so per-layer overrides carry over; the mixed network is written back as a placement (the most common block, the
 others as per-layer overrides) whose ``arch_id`` is A's when nothing is taken from B and B's when
 everything is.
 """
