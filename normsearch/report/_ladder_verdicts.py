@@ -109,12 +109,13 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
 
     def size_text(r: str) -> str:
         s = sizes[r]
-        if not s:
-            return "size unknown"
-        return f"{s[0]:.3g}" if f"{s[0]:.3g}" == f"{s[-1]:.3g}" else f"{s[0]:.3g} to {s[-1]:.3g}"
+        if not s:  # no architecture finished at this rung yet: no run tells its size
+            return "no finished architecture yet"
+        n = f"{s[0]:.3g}" if f"{s[0]:.3g}" == f"{s[-1]:.3g}" else f"{s[0]:.3g} to {s[-1]:.3g}"
+        return f"{n} {stats.size_unit}"
 
     lines = ["## Across model sizes", "",
-             f"Rungs, small to large: {', '.join(f'{r} ({size_text(r)} {stats.size_unit})' for r in stats.rungs)}. "
+             f"Rungs, small to large: {', '.join(f'{r} ({size_text(r)})' for r in stats.rungs)}. "
              f"Each cell: the hurdle place at that rung, the mean loss over successful runs at the chosen learning "
              f"rate with its 95% interval, and the failed runs (diverged or stalled) at that learning rate (what the "
              f"hurdle ranks by) and at any learning rate the rung trained.", "",

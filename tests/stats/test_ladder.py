@@ -367,3 +367,12 @@ def test_bad_arguments_are_refused():
         analyse_ladder(rungs, target=0.0)
     with pytest.raises(ValueError):
         analyse_ladder(rungs, n_draws=0)
+
+
+def test_a_rung_with_no_finished_architecture_says_so_instead_of_a_size():
+    # a ladder still training: its last rung has started but no architecture there has finished
+    truth = {f"a{i}": law(2.0 + 0.05 * i, 1.5, 0.3) for i in range(3)}
+    st = analyse_ladder(ladder(truth, sizes=SIZES[:3]) + [Rung("r3", {}, None)], n_draws=200)
+    text = "\n".join(ladder_lines(st))
+    assert "r0 (1e+05 parameters)" in text and "r3 (no finished architecture yet)" in text
+    assert "unknown parameters" not in text
