@@ -103,7 +103,8 @@ def failures_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> 
             color = cmap(0.8 - 0.7 * i / max(n - 1, 1))
             nudge = 10 ** (0.025 * (i - (n - 1) / 2))
             rates = [x.failure_rate for x in xs]
-            err = [[x.failure_rate - x.failure_ci[0] for x in xs], [x.failure_ci[1] - x.failure_rate for x in xs]]
+            err = [[max(0.0, x.failure_rate - x.failure_ci[0]) for x in xs],
+                   [max(0.0, x.failure_ci[1] - x.failure_rate) for x in xs]]
             ax.errorbar([x.lr * nudge for x in xs], rates, yerr=err, color=color, marker="o", markersize=4, capsize=2,
                         elinewidth=0.7, label=p.rung)
             chosen = [x for x in xs if x.chosen]

@@ -107,10 +107,13 @@ def ladder_lines(stats, labels: dict[str, str] | None = None, unit: str = UNIT) 
     sizes = {r: sorted({p.size for ps in stats.points.values() for p in ps if p.rung == r and p.size is not None})
              for r in stats.rungs}
 
+    planned = {i.name: i.n_params for i in stats.rung_info if i.n_params}
+
     def size_text(r: str) -> str:
         s = sizes[r]
-        if not s:  # no architecture finished at this rung yet: no run tells its size
-            return "no finished architecture yet"
+        if not s:  # nothing ranked at this rung yet: no point gives its size, the plan may
+            return (f"{planned[r]:.3g} {stats.size_unit} planned, none ranked there yet" if r in planned
+                    else "none ranked there yet")
         n = f"{s[0]:.3g}" if f"{s[0]:.3g}" == f"{s[-1]:.3g}" else f"{s[0]:.3g} to {s[-1]:.3g}"
         return f"{n} {stats.size_unit}"
 

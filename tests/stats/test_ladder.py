@@ -369,10 +369,15 @@ def test_bad_arguments_are_refused():
         analyse_ladder(rungs, n_draws=0)
 
 
-def test_a_rung_with_no_finished_architecture_says_so_instead_of_a_size():
+def test_a_rung_with_nothing_ranked_yet_says_so_instead_of_a_size():
     # a ladder still training: its last rung has started but no architecture there has finished
     truth = {f"a{i}": law(2.0 + 0.05 * i, 1.5, 0.3) for i in range(3)}
     st = analyse_ladder(ladder(truth, sizes=SIZES[:3]) + [Rung("r3", {}, None)], n_draws=200)
     text = "\n".join(ladder_lines(st))
-    assert "r0 (1e+05 parameters)" in text and "r3 (no finished architecture yet)" in text
+    assert "r0 (1e+05 parameters)" in text and "r3 (none ranked there yet)" in text
     assert "unknown parameters" not in text
+    # with the rung's planned size recorded (ladder.json's rung_info), the plan is shown
+    from normsearch.stats.rung import RungInfo
+
+    st.rung_info = [RungInfo.of(r, n_params=n) for r, n in zip(st.rungs, SIZES[:3] + [6.4e6])]
+    assert "r3 (6.4e+06 parameters planned, none ranked there yet)" in "\n".join(ladder_lines(st))
