@@ -47,8 +47,8 @@ def ladder_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> An
             if target is not None and target != n_hi and a not in stats.extrapolation.left_out:
                 ext = np.geomspace(n_hi, target, 100)
                 ax.plot(ext, fit.predict(ext), color=color, linestyle="--", linewidth=1.2)
-        err = [[max(0.0, p.failure_rate_all - p.failure_ci_all[0]) for p in ps],
-               [max(0.0, p.failure_ci_all[1] - p.failure_rate_all) for p in ps]]
+        err = [[p.failure_rate_all - p.failure_ci_all[0] for p in ps],
+               [p.failure_ci_all[1] - p.failure_rate_all for p in ps]]
         af.errorbar([p.size for p in ps], [p.failure_rate_all for p in ps], yerr=err,
                     color=color, marker=marker, markersize=5, capsize=3, label=label, ecolor=color, elinewidth=0.8,
                     alpha=0.8)
@@ -103,8 +103,7 @@ def failures_plot(stats, labels: dict[str, str] | None = None, baselines=()) -> 
             color = cmap(0.8 - 0.7 * i / max(n - 1, 1))
             nudge = 10 ** (0.025 * (i - (n - 1) / 2))
             rates = [x.failure_rate for x in xs]
-            err = [[max(0.0, x.failure_rate - x.failure_ci[0]) for x in xs],
-                   [max(0.0, x.failure_ci[1] - x.failure_rate) for x in xs]]
+            err = [[x.failure_rate - x.failure_ci[0] for x in xs], [x.failure_ci[1] - x.failure_rate for x in xs]]
             ax.errorbar([x.lr * nudge for x in xs], rates, yerr=err, color=color, marker="o", markersize=4, capsize=2,
                         elinewidth=0.7, label=p.rung)
             chosen = [x for x in xs if x.chosen]
