@@ -58,20 +58,27 @@ def true_diff(a: str, b: str, effects=EFFECTS) -> float:
     return effects[ARCHS.index(a)] - effects[ARCHS.index(b)]
 
 
-def replaced_interval(samples, a: str, b: str, rule: str) -> tuple[float, float]:
-    """The 95% interval of a - b by what the model replaced: ``pooled`` (the SD pooled over every
-    architecture, as when the old pre-test passed) or ``welch`` (Satterthwaite's df at the estimates)."""
+def summaries(samples) -> dict[str, tuple[float, float, int]]:
+    """Per architecture of one study: (mean, variance with ddof 1, seeds), computed once per study."""
+    return {x: (float(np.mean(v)), float(np.var(v, ddof=1)), len(v))
+            for x, v in ((x, list(s.values())) for x, s in samples.items())}
+
+
+def replaced_interval(summ, a: str, b: str, rule: str) -> tuple[float, float]:
+    """The 95% interval of a - b by what the model replaced, from a study's :func:`summaries`:
+    ``pooled`` (the SD pooled over every architecture, as when the old pre-test passed) or ``welch``
+    (Satterthwaite's df at the estimates)."""
     from scipy.special import stdtrit
 
-    v = {x: np.array(list(s.values())) for x, s in samples.items()}
-    diff = v[a].mean() - v[b].mean()
+    (ma, va, na), (mb, vb, nb) = summ[a], summ[b]
+    diff = ma - mb
     if rule == "pooled":
-        df = sum(x.size - 1 for x in v.values())
-        sd2 = sum(x.var(ddof=1) * (x.size - 1) for x in v.values()) / df
-        se = math.sqrt(sd2 / v[a].size + sd2 / v[b].size)
+        df = sum(n - 1 for _, _, n in summ.values())
+        sd2 = sum(v * (n - 1) for _, v, n in summ.values()) / df
+        se = math.sqrt(sd2 / na + sd2 / nb)
     else:
-        ea, eb = v[a].var(ddof=1) / v[a].size, v[b].var(ddof=1) / v[b].size
-        se, df = math.sqrt(ea + eb), (ea + eb) ** 2 / (ea ** 2 / (v[a].size - 1) + eb ** 2 / (v[b].size - 1))
+        ea, eb = va / na, vb / nb
+        se, df = math.sqrt(ea + eb), (ea + eb) ** 2 / (ea ** 2 / (na - 1) + eb ** 2 / (nb - 1))
     t = stdtrit(df, 0.975)
     return diff - t * se, diff + t * se
 
@@ -81,12 +88,13 @@ def coverage(design: str, n_studies: int, seed: int = 25) -> dict[str, np.ndarra
     the replaced rules'."""
     hits = {k: np.zeros(len(PAIRS)) for k in ("model", "pooled", "welch")}
     for samples in studies(seed, DESIGNS[design], n_studies):
+        summ = summaries(samples)
         for i, (a, b) in enumerate(PAIRS):
             c, d = compare(samples, a, b), true_diff(a, b)
             assert c.method == "welch"
             hits["model"][i] += c.ci_low <= d <= c.ci_high
             for rule in ("pooled", "welch"):
-                lo, hi = replaced_interval(samples, a, b, rule)
+                lo, hi = replaced_interval(summ, a, b, rule)
                 hits[rule][i] += lo <= d <= hi
     return {k: v / n_studies for k, v in hits.items()}
 
