@@ -108,6 +108,12 @@ def stage_recipe(parent: Recipe, kind: str, **changes) -> Recipe:
     return replace(parent, name=stage_study_name(parent.name, kind), space=None, search=search, **changes)
 
 
+def with_seeds(recipe: Recipe, seeds) -> Recipe:
+    """``recipe`` naming the seeds a stage trains (its tasks carry them; the recipe is what its report
+    and export read: a rung's report said the search's seeds 0, 1, 2 for runs on 2000 to 2002)."""
+    return replace(recipe, train=replace(recipe.train, seeds=list(seeds)))
+
+
 def resolution(search: float | None, given: float | None) -> float:
     """A stage's sweep refinement in decades, 0 for none: ``given``, or when it is None the search's
     ``train.lr_resolution`` (a stage stored before the setting existed was trained with that)."""
@@ -266,7 +272,7 @@ def open_stage(parent: StudyHandle, kind: str, settings: dict, make: "Any",
         stage.seeds = list(stored["seeds"])
         stage.design = stored.get("design")
     stage.rounds = stored_rounds(study)
-    handle = StudyHandle(stage.recipe, study, parent.storage_url, parent.folder / kind)
+    handle = StudyHandle(with_seeds(stage.recipe, stage.seeds), study, parent.storage_url, parent.folder / kind)
     return handle, stage
 
 

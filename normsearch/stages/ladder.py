@@ -23,7 +23,7 @@ from ..errors import NormsearchError
 from ..recipe import LadderConfig, Recipe, ladder_config
 from ..search import StudyHandle
 from ._stage import (A_STAGE, Entry, Stage, find_stage, open_stage, recipe_with, search_finished, shared_settings,
-                     stage_names, stage_recipe, train_stages, with_sweep)
+                     stage_names, stage_recipe, train_stages, with_seeds, with_sweep)
 
 PREFIX = "ladder-"
 #: the settings every rung of a ladder shares, stored with each rung beside its own overrides
@@ -395,7 +395,8 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
         study = find_stage(parent, kind_of(rung.index, cfg.name))
         if study is not None:
             folder = parent.folder / kind_of(rung.index, cfg.name)
-            out.append((rung, StudyHandle(rung.recipe, study, parent.storage_url, folder)))
+            seeds = (study.user_attrs.get(A_STAGE) or {}).get("seeds") or rung.recipe.train.seeds
+            out.append((rung, StudyHandle(with_seeds(rung.recipe, seeds), study, parent.storage_url, folder)))
     return out
 
 

@@ -212,6 +212,9 @@ def test_report_only_alone_reports_the_stored_ladder_and_out_keeps_the_rung_repo
     text = (tmp_path / "x" / "ladder.md").read_text()
     assert "top 1 found placement(s)" in text and "seeds 2000 to 2000" in text
     assert (tmp_path / "x" / "ladder-0" / "report.md").is_file() and "(ladder-0/report.md)" in text
+    # a rung's report names the seeds its runs were trained on, not the search's (it said 0 for seed 2000)
+    rung = (tmp_path / "x" / "ladder-0" / "report.md").read_text()
+    assert "Seeds: 2000." in rung and "Seeds: 0." not in rung
     assert {p: p.stat().st_mtime for p in laddered.glob("ladder-*/report.md")} == kept  # not rewritten
     result = runner.invoke(app, ["ladder", str(laddered.parent / "nothing-here"), "--report-only"])
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -105,6 +105,8 @@ def test_variants_resume_after_kill_9_train_nothing_twice_and_report(searched, t
     assert [v["name"] for v in again["variants"]] == ["base", "no-warmup", "steps-4x"]
     assert again["contrasts"] == data["contrasts"]
     assert (tmp_path / "r" / "robust-steps-4x" / "report.md").is_file()
+    # each variant's report names the seeds its runs were trained on, not the search's
+    assert "Seeds: 3000, 3001." in (tmp_path / "r" / "robust-steps-4x" / "report.md").read_text()
 
 
 @pytest.mark.slow
