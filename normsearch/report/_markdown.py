@@ -69,6 +69,36 @@ def _count(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _training_line(train, ranked, tokens_run) -> str:
+    """What every architecture trained: the same budget, or, where the sweep extends or refines itself
+    around each architecture's best or a grid multiplies it, the same rule, with the runs it gave."""
+    lrs = ", ".join(f"{x:g}" for x in train.lr)
+    n_seeds, n_lr = len(train.seeds), len(train.lr)
+    each = (f"each run {train.steps} steps of {train.batch_size} sequences"
+            f"{f' ({_count(tokens_run)} tokens)' if tokens_run else ''}. Seeds: {', '.join(map(str, train.seeds))}.")
+    adaptive = []
+    if train.lr_extend:
+        adaptive.append(f"extended by up to {train.lr_extend} point(s) past an end that holds the best")
+    if train.lr_resolution:
+        adaptive.append(f"refined around the chosen one until a neighbour on each side is within "
+                        f"{train.lr_resolution:g} decades")
+    grid = ""
+    if train.grid:
+        grid = (f", in each of the {train.n_variants} variant(s) of the tuned grid ("
+                + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in train.grid.items())
+                + "; a found placement has no paper init)")
+    if not adaptive and not grid:
+        return (f"- **Training**: every architecture, baselines included, gets the same budget: {n_seeds} seed(s) x "
+                f"{n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, {each}")
+    counts = sorted(r.n_runs for r in ranked)
+    runs = (f"{counts[0]} runs per architecture" if counts and counts[0] == counts[-1] else
+            f"{counts[0]} to {counts[-1]} runs per architecture (median {counts[len(counts) // 2]})" if counts else
+            "no architecture finished yet")
+    return (f"- **Training**: every architecture, baselines included, under the same rule: {n_seeds} seed(s) at each "
+            f"learning rate of the grid ({lrs}){', ' if adaptive else ''}{' and '.join(adaptive)}{grid}, each "
+            f"architecture scored at its best cell; that gave {runs}; {each}")
+
+
 def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
     rec = ranking.recipe
     model, data, train, search = rec.model, rec.data, rec.train, rec.search
@@ -123,13 +153,7 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
                      f"{f' ({_count(tokens_run)} tokens)' if tokens_run else ''}; scored on the test split, not the "
                      f"validation windows.")
     else:
-        lrs = ", ".join(f"{x:g}" for x in train.lr)
-        n_seeds, n_lr = len(train.seeds), len(train.lr)
-        per_run = f" ({_count(tokens_run)} tokens)" if tokens_run else ""
-        lines.append(f"- **Training**: every architecture, baselines included, gets the same budget: {n_seeds} "
-                     f"seed(s) x {n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, each "
-                     f"{train.steps} steps of {train.batch_size} sequences{per_run}. Seeds: "
-                     f"{', '.join(map(str, train.seeds))}.")
+        lines.append(_training_line(train, ranked, tokens_run))
     stage = "/" in ranking.study  # a stage of a search (confirmation, ladder rung): no search of its own
     lines.append(f"- **Score** (lower is better): {score_definition(confirmation)}. "
                  + ("The architectures are the search's: no sampler here." if stage else

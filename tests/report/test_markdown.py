@@ -106,3 +106,26 @@ def test_markdown_of_a_ranking_without_plots_or_files():
     heads = [line for line in conf.splitlines() if line.startswith("## ")]
     assert heads[:2] == ["## Confirmed verdicts (fresh seeds, test split)",
                          "## In short, from the search (the seeds and validation windows that chose)"]
+
+
+def test_the_training_line_says_same_budget_only_when_the_sweep_is_fixed():
+    """A sweep that extends or refines itself around each architecture's best, or a tuned grid, does not
+    give every architecture the same runs: the line names the rule and the runs it gave (the fair study's
+    report said '9 runs' for 24 to 36)."""
+    from types import SimpleNamespace
+
+    from normsearch.report._markdown import _training_line
+    from normsearch.sections import TrainConfig
+
+    rows = [SimpleNamespace(n_runs=n) for n in (24, 27, 36)]
+    fixed = _training_line(TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2]), rows, 204800)
+    assert "gets the same budget: 3 seed(s) x 2 learning rate(s) (0.001, 0.003) = 6 runs, each run 200 steps" in fixed
+    assert "(204.8k tokens). Seeds: 0, 1, 2." in fixed
+    swept = _training_line(TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2], lr_extend=2, lr_resolution=0.25,
+                                       grid={"init": ["gpt", "small"]}), rows, None)
+    assert "same budget" not in swept and "under the same rule: 3 seed(s) at each learning rate of the grid" in swept
+    assert "extended by up to 2 point(s) past an end that holds the best and refined" in swept
+    assert "within 0.25 decades, in each of the 2 variant(s) of the tuned grid (init gpt, small;" in swept
+    assert "that gave 24 to 36 runs per architecture (median 27)" in swept
+    assert "that gave 9 runs per architecture" in _training_line(
+        TrainConfig(lr=[1e-3, 3e-3, 1e-2], seeds=[0, 1, 2], lr_extend=1), [SimpleNamespace(n_runs=9)] * 2, None)
