@@ -43,7 +43,10 @@ def _trained(r0, cfg, rungs, mode: str) -> str:
         return (f"each architecture at the learning rate the search chose for it ({param} parametrisation and rungs "
                 f"that vary the width alone: transferred, not swept; not checked at the rungs)")
     extend = rungs[0].recipe.train.lr_extend if rungs else r0.train.lr_extend
-    text = f"a sweep at every rung over {_lrs(r0.train.lr)}"
+    model = rungs[0].recipe.model if rungs else r0.model
+    under = ("the standard parametrisation" if model.parametrization == "standard" else
+             f"the {model.parametrization} parametrisation (base width {model.mup_base_width})")
+    text = f"under {under}, a sweep at every rung over {_lrs(r0.train.lr)}"
     if extend:
         text += (f", extended by up to {extend} point(s) past an end that holds the best (the learning rates each "
                  f"architecture trained are in the rung's table)")
@@ -86,11 +89,12 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
     for rung, rk in zip(rungs, rankings):
         m = rung.recipe.model
         prec = _precisions(rk)
+        unknown = "not recorded" if rk.rows else "none finished yet"  # a rung's first architecture still training
         if len(prec) > 1:
             mixed.append(f"rung {rung.index} ({', '.join(prec)})")
         lines.append(f"| {rung.index} | {m.n_layers} layers, width {m.d_model}, {m.n_heads} heads | "
                      f"{rung.n_params:,} | {rung.steps} | {_count(rung.tokens)} | {rung.tokens / rung.n_params:.3g} | "
-                     f"{', '.join(prec) or 'not recorded'} | {rk.cost.runs} | {rk.cost.wall_time_s / 60:.1f} min |")
+                     f"{', '.join(prec) or unknown} | {rk.cost.runs} | {rk.cost.wall_time_s / 60:.1f} min |")
     lines.append("")
     if mixed:
         lines += [f"> **Mixed precision**: the runs of {'; '.join(mixed)} recorded more than one numeric precision; "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ranking import Ranking
+from ..records import is_control_label
 from ._analysis import Importance, SiteEffect, diagnostics_summary
 from ._columns import TABLE, kernels_text, num
 from ._plots import SEARCH_PLOTS, searched
@@ -32,9 +33,9 @@ PLOT_CAPTIONS = {
                          "The largest pre-softmax attention logit (over layers) at every evaluation. Without q/k "
                          "norms it can grow without bound at high learning rates (Wortsman et al. 2023)."),
     "loss_vs_lr": ("Loss and failures against learning rate",
-                   "Left: each architecture's mean final validation loss over its successful runs at every learning "
-                   "rate of the sweep, its basin shaded. Right: the fraction of its runs that diverged or stalled "
-                   "there."),
+                   "Left: each architecture's mean final loss (the ranking's score: validation, or test for a "
+                   "confirmation) over its successful runs at every learning rate it trained, its basin shaded "
+                   "where it has one. Right: the fraction of its runs that diverged or stalled there."),
     "search_value": ("Did the search help?",
                      "Every proposal's score by proposal number: the sampler's random start-up and model-based "
                      "proposals, the control proposals (uniform draws) where they came, failures on the top edge; "
@@ -71,7 +72,10 @@ def _count(n: float) -> str:
 
 def _training_line(train, ranked, tokens_run) -> str:
     """What every architecture trained: the same budget, or, where the sweep extends or refines itself
-    around each architecture's best or a grid multiplies it, the same rule, with the runs it gave."""
+    around each architecture's best or a grid multiplies it, the same rule, with the runs it gave. A
+    stage trains each architecture in the one variant of the grid its search chose: told from the runs."""
+    from ..grid import variant_tag
+
     lrs = ", ".join(f"{x:g}" for x in train.lr)
     n_seeds, n_lr = len(train.seeds), len(train.lr)
     each = (f"each run {train.steps} steps of {train.batch_size} sequences"
@@ -82,21 +86,28 @@ def _training_line(train, ranked, tokens_run) -> str:
     if train.lr_resolution:
         adaptive.append(f"refined around the chosen one until a neighbour on each side is within "
                         f"{train.lr_resolution:g} decades")
-    grid = ""
-    if train.grid:
-        grid = (f", in each of the {train.n_variants} variant(s) of the tuned grid ("
-                + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in train.grid.items())
-                + "; a found placement has no paper init)")
-    if not adaptive and not grid:
+    if not adaptive and not train.grid:
         return (f"- **Training**: every architecture, baselines included, gets the same budget: {n_seeds} seed(s) x "
                 f"{n_lr} learning rate(s) ({lrs}) = {n_seeds * n_lr} runs, {each}")
+    n_variants = [len({variant_tag(x.variant or {}) for x in r.runs}) for r in ranked if getattr(r, "runs", None)]
+    sweep = " and ".join(adaptive)
+    if train.grid and n_variants and max(n_variants) > 1:
+        grid = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in train.grid.items())
+        rule = (f" in each variant of the tuned grid ({grid}; a found placement has no paper init, and a baseline's "
+                f"paper init that is another init of the grid is trained once)"
+                + (f", then, around its best cell and its lowest-loss cell only, {sweep}" if sweep else ""))
+    elif train.grid:
+        rule = (" in the one variant of the tuned grid its search chose for it (the init beside its best lr)"
+                + (f", {sweep}" if sweep else ""))
+    else:
+        rule = f", {sweep}"
     counts = sorted(r.n_runs for r in ranked)
     runs = (f"{counts[0]} runs per architecture" if counts and counts[0] == counts[-1] else
             f"{counts[0]} to {counts[-1]} runs per architecture (median {counts[len(counts) // 2]})" if counts else
             "no architecture finished yet")
     return (f"- **Training**: every architecture, baselines included, under the same rule: {n_seeds} seed(s) at each "
-            f"learning rate of the grid ({lrs}){', ' if adaptive else ''}{' and '.join(adaptive)}{grid}, each "
-            f"architecture scored at its best cell; that gave {runs}; {each}")
+            f"learning rate of the grid ({lrs}){rule}, each architecture scored at its best cell; that gave {runs}; "
+            f"{each}")
 
 
 def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
@@ -137,14 +148,18 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
                   "changes at scale.", ""]
 
     lines += ["## What was measured", ""]
+    n_ctrl = sum(is_control_label(r.label, r.is_baseline) for r in ranked)
     lines.append(f"- **Study** `{ranking.study}`: {len(ranked)} architecture(s) ranked ({n_base} baseline(s) from "
-                 f"the papers, {len(ranked) - n_base} found by the search)"
+                 f"the papers, {len(ranked) - n_base - n_ctrl} found by the search"
+                 + (f", {n_ctrl} control(s): uniform draws from the space" if n_ctrl else "") + ")"
                  + (f", {n_pruned} pruned before the end" if n_pruned else "")
                  + ". Trials by state: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(ranking.n_trials.items()))
                  + ". Several trials that proposed the same network are one row.")
+    param = getattr(model, "parametrization", "standard")
     lines.append(f"- **Model**: {model.n_layers} layers, width {model.d_model}, {model.n_heads} heads, context "
-                 f"{model.context_length} tokens, vocabulary {model.vocab_size}. **Data**: {data.corpus or data.path}, "
-                 f"{data.tokenizer} tokens.")
+                 f"{model.context_length} tokens, vocabulary {model.vocab_size}"
+                 + (f", {param} parametrisation (base width {model.mup_base_width})" if param != "standard" else "")
+                 + f". **Data**: {data.corpus or data.path}, {data.tokenizer} tokens.")
     confirmation = any(x.metric == "test_bpb" for r in ranking.rows for x in r.runs)
     if confirmation:
         lines.append(f"- **Training** (a confirmation): each architecture on the fresh seeds "
@@ -155,7 +170,7 @@ def _header(ranking: Ranking, files: dict[str, str]) -> list[str]:
     else:
         lines.append(_training_line(train, ranked, tokens_run))
     stage = "/" in ranking.study  # a stage of a search (confirmation, ladder rung): no search of its own
-    lines.append(f"- **Score** (lower is better): {score_definition(confirmation)}. "
+    lines.append(f"- **Score** (lower is better): {score_definition(confirmation, data.tokenizer)}. "
                  + ("The architectures are the search's: no sampler here." if stage else
                     f"Search: {search.sampler} sampler, {search.trials} architectures to find besides the baselines, "
                     f"optimising the `{ranking.objective}` objective."))
@@ -309,7 +324,7 @@ def _plots_section(plots: dict[str, str], top: int, search_plots: bool = True) -
     lines = ["## Plots", ""]
     if not plots:
         return lines + ["No plot could be drawn (no finished runs).", ""]
-    lines.append(f"The curve plots show the {top} best found placements and every baseline.")
+    lines.append(f"The curve plots show the {top} best found placement(s) and every baseline.")
     lines.append("")
     for name, (title, caption) in PLOT_CAPTIONS.items():
         if name in plots:
@@ -321,6 +336,12 @@ def _plots_section(plots: dict[str, str], top: int, search_plots: bool = True) -
     return lines
 
 
+def _variant_words(variant: dict) -> str:
+    """A run's variant of the tuned grid in words (``init gpt``): a diverged run of another variant
+    than the chosen cell's is not a failure of the chosen cell."""
+    return ", ".join(f"{k} {v}" for k, v in variant.items())
+
+
 def _problems(ranking: Ranking) -> list[str]:
     lines = []
     div = [r for r in ranking.rows if r.n_diverged]
@@ -328,6 +349,7 @@ def _problems(ranking: Ranking) -> list[str]:
         lines += ["### Diverged runs", ""]
         for r in div:
             where = ", ".join(f"seed {x.seed} at lr {float(x.lr):g}"
+                              + (f", {_variant_words(x.variant)}" if x.variant else "")
                               + (f" (step {x.diverged_step})" if x.diverged_step is not None else "")
                               for x in r.runs if x.diverged)
             lines.append(f"- {r.label}: {r.n_diverged} of {r.n_runs} runs diverged: {where}.")
@@ -368,7 +390,8 @@ def report_markdown(ranking: Ranking, effects: list[SiteEffect], importance: Imp
         if searched(ranking):  # a stage retrains a fixed list: no sampler to judge, no space to read
             lines += search_lines(ranking) + _sites_section(ranking, effects, importance)
         lines += _diagnostics_section(ranking)
-        lines += _plots_section(plots or {}, top, searched(ranking))
+        n_found = sum(not r.is_baseline for r in ranking.ranked)
+        lines += _plots_section(plots or {}, min(top, n_found), searched(ranking))
     lines += _problems(ranking)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -6,6 +6,7 @@ numbers (:mod:`normsearch.ranking`, :mod:`normsearch.stats`); nothing is compute
 from __future__ import annotations
 
 from ..ranking import Ranking, Row, format_p
+from ..records import is_control_label
 from ._columns import UNIT, num
 
 #: verdict -> how a sentence says it
@@ -53,6 +54,10 @@ def verdict_line(ranking: Ranking, a: str) -> str:
                  "undecided": "undecided"}
         return ("no searched placement; among the other baselines, under Holm: "
                 + "; ".join(f"{words[v]}: {', '.join(names)}" for v, names in by.items() if names) + ".")
+    # a control (a uniform draw from the space, trained beside the search) was not found by the search:
+    # counted apart, in the same Holm family
+    controls = [(r, c) for r, c in comps if is_control_label(r.label, r.is_baseline)]
+    comps = [(r, c) for r, c in comps if not is_control_label(r.label, r.is_baseline)]
     by = {v: [r.label for r, c in comps if c.verdict == v] for v in ("better", "worse", "equivalent", "undecided")}
     parts = []
     if by["better"]:
@@ -64,6 +69,10 @@ def verdict_line(ranking: Ranking, a: str) -> str:
                     ("worse", "worse"), ("undecided", "undecided")):
         if by[v]:
             parts.append(f"{len(by[v])} {what}")
+    if controls:
+        beat = [r.label for r, c in controls if c.verdict == "better"]
+        parts.append(f"of the {len(controls)} control(s) (uniform draws), "
+                     + (f"{len(beat)} beat it: {', '.join(beat)}" if beat else "none beats it"))
     return "; ".join(parts) + "."
 
 
@@ -73,7 +82,8 @@ def summary_lines(ranking: Ranking) -> list[str]:
         return []
     best = ranked[0]
     lines = ["## In short", ""]
-    kind = "a baseline" if best.is_baseline else "found by the search"
+    kind = ("a baseline" if best.is_baseline else "a control: a uniform draw from the space"
+            if is_control_label(best.label) else "found by the search")
     ci = f" (95% CI [{best.ci_low:.4f}, {best.ci_high:.4f}])" if best.ci_low is not None else ""
     score = f"{best.score_mean:.4f} {UNIT}{ci}" if best.score_mean is not None else "no successful run"
     sure = (f"; P(best) {best.p_best:.2f}, rank interval [{best.rank_low}, {best.rank_high}]"
@@ -99,12 +109,19 @@ def summary_lines(ranking: Ranking) -> list[str]:
     return lines + [""]
 
 
-def score_definition(test: bool = False) -> str:
+def unigram_words(tokenizer: str = "bytes") -> str:
+    """What the stall reference learned: the training bytes' frequencies, or its tokens' under BPE (scored per
+    byte)."""
+    return ("the training bytes' frequencies" if tokenizer == "bytes" else
+            f"the training {tokenizer.upper()} tokens' frequencies (scored per byte)")
+
+
+def score_definition(test: bool = False, tokenizer: str = "bytes") -> str:
     split = "test" if test else "validation"
     return (f"the {split} loss in {UNIT} at the end of training, averaged over the successful runs at the "
             f"architecture's chosen learning rate (the one where it failed least, then had the lowest mean). A "
             f"run **fails** if it diverged (NaN, or a loss far above its start) or **stalled** (it ended near the "
-            f"loss of a model that learned only the training bytes' frequencies, or never improved on its loss "
+            f"loss of a model that learned only {unigram_words(tokenizer)}, or never improved on its loss "
             f"at initialisation); failures are counted apart, never averaged in. The ranking is a hurdle: by "
             f"failure rate at the chosen learning rate, then by loss")
 
@@ -133,7 +150,8 @@ def judgement_lines(ranking: Ranking) -> list[str]:
                  "architecture's mean (a t with its own SD and n - 1 df; one with a single successful run borrows "
                  "the pooled within-architecture SD), with the failure hurdle applied in every draw.")
     if j.unigram_bpb is not None:
-        lines.append(f"- **Stalls**: a model that learned only the training bytes' frequencies scores "
+        tokenizer = ranking.recipe.data.tokenizer if ranking.recipe is not None else "bytes"
+        lines.append(f"- **Stalls**: a model that learned only {unigram_words(tokenizer)} scores "
                      f"{j.unigram_bpb:.3f} {UNIT} on the windows the runs are scored on; a run that ends within "
                      f"the stall "
                      f"margin of that (or never improves on its loss at initialisation) stalled.")
@@ -204,6 +222,17 @@ def learning_rate_lines(ranking: Ranking) -> list[str]:
     rows: list[Row] = [r for r in ranking.ranked if r.lr_points]
     if not rows:
         return []
+    if all(len(r.lr_points) == 1 for r in rows):  # a confirmation: each at the one cell its search chose
+        lines = ["## Failures at the chosen cells", "",
+                 "Each architecture was trained at one cell (learning rate, and init or warmup where the recipe "
+                 "tunes them): the one its search chose. Whether that learning rate was bracketed, and the sweep "
+                 "around it, are the search's report's (*Failures and learning rates*).", "",
+                 "| label | cell | failed there [95% CI] | mean over successful runs |", "|---|---|---|---|"]
+        for r in rows:
+            (p,) = r.lr_points
+            lines.append(f"| {_md(r.label)} | {chosen_cell(r)} | {r.n_failed}/{r.n_failed + r.n_seeds} "
+                         f"[{r.failure_ci_low:.2f}, {r.failure_ci_high:.2f}] | {num(p.mean, '{:.4f}')} |")
+        return lines + [""] + cell_gap_lines(ranking)
     res = ranking.recipe.train.lr_resolution if ranking.recipe is not None else None
     lines = ["## Failures and learning rates", "",
              "Per architecture and cell of the tuned grid (learning rate, and init or warmup where the recipe tunes "

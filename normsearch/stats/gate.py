@@ -192,7 +192,7 @@ def gate(rungs: Sequence[Rung], f: str, b: str, draws=None, size_unit: str = "pa
     else:
         out.p_every = max(r.p_one_sided for r in out.rungs)
     behind = [r for r in out.rungs if r.diff is not None and r.diff.diff is not None and r.diff.diff >= 0]
-    if behind and not missing:
+    if behind:
         out.reasons.append("not ahead at every rung: " + "; ".join(
             f"{'more failures' if r.diff.by == 'failures' else 'a higher mean loss'} at {r.rung} "
             f"({_fmt(r.diff.diff)})" for r in behind))
@@ -228,14 +228,14 @@ def gate(rungs: Sequence[Rung], f: str, b: str, draws=None, size_unit: str = "pa
                 f"the gain shrinks with size: slope {_fmt(out.slope)} [{_fmt(out.slope_ci[0])}, "
                 f"{_fmt(out.slope_ci[1])}] per decade of {size_unit}" +
                 (f", the fitted gap reaching 0 near N = {out.zero_at:.3g}" if out.zero_at is not None else ""))
-    if centre < 0:
-        out.holds = out.hold_ci[1] < 0
-        if not out.holds and not out.shrinks:
-            out.reasons.append(
-                f"shrinkage toward zero not excluded: the gap's line at {HOLD_FACTOR:g}x the largest rung "
-                f"(N = {out.hold_size:.3g}) is {_fmt(out.hold_gap)} [{_fmt(out.hold_ci[0])}, {_fmt(out.hold_ci[1])}], "
-                f"not wholly a gain (slope {_fmt(out.slope)} [{_fmt(out.slope_ci[0])}, {_fmt(out.slope_ci[1])}] "
-                f"per decade of {size_unit})")
+    out.holds = bool(centre < 0 and out.hold_ci[1] < 0)
+    if not out.holds and not (out.shrinks and centre < 0):
+        what = "shrinkage toward zero not excluded" if centre < 0 else "no gain over the rungs on average"
+        out.reasons.append(
+            f"{what}: the gap's line at {HOLD_FACTOR:g}x the largest rung "
+            f"(N = {out.hold_size:.3g}) is {_fmt(out.hold_gap)} [{_fmt(out.hold_ci[0])}, {_fmt(out.hold_ci[1])}], "
+            f"not wholly a gain (slope {_fmt(out.slope)} [{_fmt(out.slope_ci[0])}, {_fmt(out.slope_ci[1])}] "
+            f"per decade of {size_unit})")
     return out
 
 

@@ -26,3 +26,20 @@ def test_lr_cells_give_the_failures_at_the_chosen_lr_and_over_the_rung():
 
 def test_counts_are_short():
     assert (_count(999), _count(41_056), _count(2_500_000)) == ("999", "41.1k", "2.5M")
+
+
+def test_the_trained_sentence_names_the_parametrisation():
+    """The mup and standard width ladders' reports read alike: the sentence now says which one each
+    trained under (the rungs' recipe, where --recipe sets it), and the model line of a mup rung's report."""
+    from types import SimpleNamespace
+
+    from normsearch.config import ModelConfig
+    from normsearch.report._ladder import _trained
+    from normsearch.sections import TrainConfig
+
+    train = TrainConfig(lr=[1e-3, 3.162e-3, 1e-2], lr_extend=2)
+    parent = SimpleNamespace(model=ModelConfig(), train=train)
+    rung = lambda p: SimpleNamespace(recipe=SimpleNamespace(model=ModelConfig(parametrization=p), train=train))  # noqa: E731
+    mup = _trained(parent, None, [rung("mup")], "sweep")
+    assert mup.startswith("under the mup parametrisation (base width 64), a sweep at every rung over"), mup
+    assert _trained(parent, None, [rung("standard")], "sweep").startswith("under the standard parametrisation, a sweep")

@@ -48,6 +48,8 @@ def test_markdown_has_every_column_comparison_and_notice(report):
     # divergences and failures
     assert "hybridnorm: 1 of 6 runs diverged: seed 1 at lr 0.003 (step 60)." in md
     assert "trial 9 (t9): error: RuntimeError: boom" in md
+    n_found = sum(not r.is_baseline for r in ranking.ranked)
+    assert f"The curve plots show the {min(3, n_found)} best found placement(s) and every baseline." in md
     # every plot linked
     for p in PNGS:
         assert f"]({p}.png)" in md
@@ -58,6 +60,7 @@ def test_small_study_skips_importance_and_still_writes_the_rest(tmp_path):
     write_report(build_study(only=only), tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "Evaluator: `PedAnovaImportanceEvaluator`: not computed: 3 ranked architecture(s) of the search space" in md
+    assert "The curve plots show the 1 best found placement(s) and every baseline." in md  # t3 alone, not 3
     assert not (tmp_path / "importance.png").exists() and (tmp_path / "site_effects.png").is_file()
     assert "Not drawn (no data for them): Did the search help?, Site importance." in md  # one searched placement
 
@@ -111,21 +114,45 @@ def test_markdown_of_a_ranking_without_plots_or_files():
 def test_the_training_line_says_same_budget_only_when_the_sweep_is_fixed():
     """A sweep that extends or refines itself around each architecture's best, or a tuned grid, does not
     give every architecture the same runs: the line names the rule and the runs it gave (the fair study's
-    report said '9 runs' for 24 to 36)."""
+    report said '9 runs' for 24 to 36). A stage trains each architecture in the variant its search chose:
+    the line says so from the runs, not the grid the recipe carries."""
     from types import SimpleNamespace
 
     from normsearch.report._markdown import _training_line
     from normsearch.sections import TrainConfig
 
-    rows = [SimpleNamespace(n_runs=n) for n in (24, 27, 36)]
-    fixed = _training_line(TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2]), rows, 204800)
+    def row(n_runs, inits):
+        return SimpleNamespace(n_runs=n_runs, runs=[SimpleNamespace(variant={"init": i}) for i in inits])
+
+    searched = [row(24, ["gpt", "small"]), row(27, ["gpt", "small", "megatron"]), row(36, ["gpt", "small"])]
+    fixed = _training_line(TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2]), searched, 204800)
     assert "gets the same budget: 3 seed(s) x 2 learning rate(s) (0.001, 0.003) = 6 runs, each run 200 steps" in fixed
     assert "(204.8k tokens). Seeds: 0, 1, 2." in fixed
-    swept = _training_line(TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2], lr_extend=2, lr_resolution=0.25,
-                                       grid={"init": ["gpt", "small"]}), rows, None)
+    train = TrainConfig(steps=200, lr=[1e-3, 3e-3], seeds=[0, 1, 2], lr_extend=2, lr_resolution=0.25,
+                        grid={"init": ["gpt", "small", "paper"]})
+    swept = _training_line(train, searched, None)
     assert "same budget" not in swept and "under the same rule: 3 seed(s) at each learning rate of the grid" in swept
-    assert "extended by up to 2 point(s) past an end that holds the best and refined" in swept
-    assert "within 0.25 decades, in each of the 2 variant(s) of the tuned grid (init gpt, small;" in swept
+    assert "in each variant of the tuned grid (init gpt, small, paper; a found placement has no paper init" in swept
+    assert ("then, around its best cell and its lowest-loss cell only, extended by up to 2 point(s) past an end "
+            "that holds the best and refined") in swept and "within 0.25 decades" in swept
     assert "that gave 24 to 36 runs per architecture (median 27)" in swept
+    staged = _training_line(train, [row(15, ["small"] * 15), row(12, ["megatron"] * 12)], None)
+    assert "in the one variant of the tuned grid its search chose for it" in staged and "each variant" not in staged
     assert "that gave 9 runs per architecture" in _training_line(
-        TrainConfig(lr=[1e-3, 3e-3, 1e-2], seeds=[0, 1, 2], lr_extend=1), [SimpleNamespace(n_runs=9)] * 2, None)
+        TrainConfig(lr=[1e-3, 3e-3, 1e-2], seeds=[0, 1, 2], lr_extend=1), [row(9, [""] * 9)] * 2, None)
+
+
+def test_a_diverged_run_names_its_variant_of_the_grid():
+    """peri_ln's one divergence in the fair study was at init gpt, not at its chosen cell (init small, 0/3
+    failed): without the variant the line read as a failure of the chosen cell."""
+    from types import SimpleNamespace
+
+    from normsearch.report._markdown import _problems
+
+    run = lambda seed, variant, diverged: SimpleNamespace(seed=seed, lr=0.01, variant=variant, diverged=diverged,  # noqa: E731
+                                                          diverged_step=19 if diverged else None)
+    row = SimpleNamespace(label="peri_ln", n_diverged=1, n_runs=27,
+                          runs=[run(1, {"init": "gpt"}, True), run(1, {"init": "small"}, False), run(2, {}, True)])
+    lines = _problems(SimpleNamespace(rows=[row], running_trials=[], failures=[]))
+    assert ("- peri_ln: 1 of 27 runs diverged: seed 1 at lr 0.01, init gpt (step 19), seed 2 at lr 0.01 (step 19)."
+            in lines)

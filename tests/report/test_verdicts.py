@@ -65,6 +65,19 @@ def test_verdict_lines_count_what_beats_a_baseline(ranking):
     assert verdict_line(ranking, "nothing_like_it") == "nothing has finished yet to compare with `nothing_like_it`."
 
 
+def test_a_control_is_counted_apart_from_the_found_placements(ranking):
+    """A control (a uniform draw trained beside the search) that beats a baseline was not found by the
+    search: the fair study's report counted c1 among '5 of 13 found placement(s)'."""
+    import copy
+
+    relabelled = copy.deepcopy(ranking)
+    relabelled.row("t3").label = "c0"  # the one placement that beats peri_ln, as if a control had drawn it
+    line = verdict_line(relabelled, "peri_ln")
+    assert line.startswith("**no found placement beats `peri_ln`** under Holm (3 compared)"), line
+    assert line.endswith("of the 1 control(s) (uniform draws), 1 beat it: c0."), line
+    assert "**1 of 4 found placement(s)" in verdict_line(ranking, "peri_ln")
+
+
 def test_without_searched_placements_the_verdict_line_is_about_the_other_baselines():
     baselines_only = rank(build_study(only=("pre_ln", "peri_ln", "hybridnorm")))
     worse = [r.label for r in baselines_only.ranked if r.comparison("peri_ln") is not None
@@ -112,3 +125,26 @@ def test_comparisons_section_for_present_and_missing_baselines(against):
         assert "### Against" not in text
     else:
         assert "### Against `peri_ln`" in text and "| t3 | 3 |" in text
+
+
+def test_a_confirmation_s_one_cell_per_architecture_is_not_read_as_a_sweep(ranking):
+    """A confirmation trains each architecture at the one cell its search chose: its report said
+    'Bracketed **no**' for every row, under a rule for choosing among cells it never had."""
+    import copy
+
+    one = copy.deepcopy(ranking)
+    for r in one.ranked:
+        r.lr_points = [p for p in r.lr_points if p.lr == r.best_lr][:1] or r.lr_points[:1]
+    text = "\n".join(learning_rate_lines(one))
+    assert text.startswith("## Failures at the chosen cells") and "Bracketed" not in text and "**no**" not in text
+    t3 = one.row("t3")
+    assert f"| t3 | {t3.best_lr:g} | {t3.n_failed}/{t3.n_failed + t3.n_seeds} [" in text
+    assert "## Failures and learning rates" in "\n".join(learning_rate_lines(ranking))  # a sweep keeps its table
+
+
+def test_the_stall_reference_names_what_it_learned():
+    from normsearch.report._verdicts import unigram_words
+
+    assert unigram_words("bytes") == "the training bytes' frequencies"
+    assert unigram_words("bpe") == "the training BPE tokens' frequencies (scored per byte)"
+    assert "learned only the training BPE tokens' frequencies" in score_definition(False, "bpe")

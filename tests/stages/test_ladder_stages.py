@@ -292,6 +292,7 @@ def test_under_mup_a_width_ladder_transfers_the_learning_rate_and_skips_the_swee
     assert sorted(lrs) == ["ladder-0", "ladder-1", "ladder-2"]
     assert all(v == [chosen] for rung in lrs.values() for v in rung.values()), lrs  # one lr: the search's
     assert "transferred, not swept" in (study / "ladder" / "ladder.md").read_text()
+    assert "vocabulary 256, mup parametrisation (base width 16). **Data**" in (study / "report.md").read_text()
     stored = find_stage(open_results(study), "ladder-0").user_attrs[A_STAGE]["settings"]
     assert stored["lr"] == "transfer"
     # other rungs than the stored ones are refused (a new ladder along depth would be refused transfer itself:

@@ -78,6 +78,21 @@ def test_one_that_loses_at_one_rung_is_not_promoted():
     assert g.p_every > 0.99  # its one-sided p at r2
 
 
+def test_every_criterion_that_fails_is_named_even_with_a_rung_missing():
+    """Behind at every rung it trained, and not trained at the top rung (a ladder in progress): the
+    verdict named the missing rung alone (the robustness ladder's t6 over HybridNorm read so while it
+    was behind at three rungs and its gap's line at 4x the top was not a gain)."""
+    rungs = rungs_for([+0.03] * 4)
+    del rungs[-1].archs["found"]
+    _, g = the_gate(rungs)
+    assert not g.promoted and not g.holds
+    assert g.reasons[0] == "not trained at every rung (not at r3)"
+    assert any(r.startswith("not ahead at every rung: a higher mean loss at r0 (+0.0") and "at r2 (+0.0" in r
+               for r in g.reasons), g.reasons
+    assert any(r.startswith("no gain over the rungs on average: the gap's line at 4x the largest rung")
+               for r in g.reasons), g.reasons
+
+
 def test_more_failures_near_its_optimum_than_the_baseline_is_not_promoted():
     """Both chosen at 1e-3 and never failing there; at 2e-3 (within 2x) the found placement failed 2 of
     6 runs, the baseline none: (b) fails at that rung alone, with the counts."""
