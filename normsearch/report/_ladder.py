@@ -60,7 +60,7 @@ def _precisions(rk) -> list[str]:
 
 def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_planned: int, out_dir=None,
                     mode: str = "sweep", folders=None, chosen_by: str = "the top of the search's ranking",
-                    failures_plot: str | None = None) -> str:
+                    failures_plot: str | None = None, found_order: list[str] | None = None) -> str:
     """The whole ``ladder.md``. ``folders``: where each rung's own report was written (linked
     relative to ``out_dir``); default the rungs' results folders."""
     r0 = parent.recipe
@@ -74,7 +74,7 @@ def ladder_markdown(parent, cfg, rungs, rankings, stats, plot: str | None, n_pla
                    if cfg.tokens_per_param is not None else f"the search's {r0.train.steps} steps at every rung")
     cap = f", capped at {cfg.max_steps} steps" if cfg.max_steps is not None else ""
     bases = cfg.baselines if cfg.baselines is not None else r0.search.baselines
-    found = [r.label for r in rankings[0].rows if not r.is_baseline] if rankings else []
+    found = found_order or ([r.label for r in rankings[0].rows if not r.is_baseline] if rankings else [])
     lines += ["## What was trained", "",
               f"The top {cfg.top} found placement(s) ({', '.join(found) or 'none'}; {chosen_by}) "
               f"and the baselines "
@@ -144,7 +144,8 @@ def write_ladder_report(parent, cfg, out_dir: Path, against,
 
     from ..errors import NormsearchError
     from ..ranking import stat_runs
-    from ..stages.ladder import chosen_by, kind_of, ladder_handles, lr_mode, stored_mode, stored_rungs
+    from ..stages.ladder import (chosen_by, found_labels, kind_of, ladder_handles, lr_mode, stored_mode,
+                                  stored_rungs)
     from ..stats.ladder import analyse_ladder, rung_from_runs
     from ._files import write_report
     from ._ladder_plots import failures_plot, ladder_plot
@@ -182,7 +183,7 @@ def write_ladder_report(parent, cfg, out_dir: Path, against,
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
     text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
                            lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent, cfg.name))), folders,
-                           chosen_by(parent, cfg.name), fails)
+                           chosen_by(parent, cfg.name), fails, found_labels(parent, cfg.name))
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

@@ -400,6 +400,13 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
     return out
 
 
+def found_labels(parent: StudyHandle, name: str = "") -> list[str]:
+    """The ladder's found placements in the order they were chosen (stored with its first rung)."""
+    study = find_stage(parent, kind_of(0, name))
+    entries = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
+    return [e["label"] for e in entries if not e.get("baseline") and e.get("label")]
+
+
 def chosen_by(parent: StudyHandle, name: str = "") -> str:
     """Which ranking chose the ladder's found placements, as stored with its first rung (a ladder
     stored before that was recorded was chosen by the search's)."""
