@@ -143,16 +143,13 @@ def ensure_runnable(recipe, storage: str | None = None, tokens=None, only=None) 
         raise NormsearchError(problems[0] + more)
 
 
-def _grid_text(grid: dict) -> str:
-    return "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in grid.items())
-
-
 def recipe_summary(r, source, storage: str | None, url: str) -> str:
     """What ``normsearch validate`` prints for a valid recipe: the model, data, budget, space, baselines,
     search (with how its proposals are made) and the runs it plans; ``url`` is the storage URL (its
     password masked here)."""
     from ._secrets import mask_url
     from .baselines import baseline
+    from .grid import grid_text
 
     L = r.model.n_layers
     t = r.train
@@ -162,7 +159,7 @@ def recipe_summary(r, source, storage: str | None, url: str) -> str:
              f"  data: {r.data.corpus}" + (f" {r.data.path}" if r.data.path else "") + f", {r.data.tokenizer} tokens",
              f"  budget per run: {t.steps} steps x {t.batch_size} x {r.model.context_length} tokens; "
              f"{len(t.seeds)} seed(s) x {len(t.lr)} learning rate(s)"
-             + (f" x {t.n_variants} variant(s) of train.grid ({_grid_text(t.grid)}; a found placement has no paper "
+             + (f" x {t.n_variants} variant(s) of train.grid ({grid_text(t.grid)}; a found placement has no paper "
                 f"init)" if t.grid else "")
              + f" = {len(t.runs)} runs per found architecture"
              + (f", refined around each one's chosen cell to {t.lr_resolution:g} decades" if t.lr_resolution else "")]

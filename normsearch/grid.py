@@ -48,6 +48,11 @@ def describe(variant: Mapping) -> str:
     return ", ".join(f"{k} {variant[k]}" for k in GRID_KEYS if k in variant)
 
 
+def grid_text(grid: Mapping) -> str:
+    """A tuned grid in words: ``init gpt, small, paper; warmup 20, 60``."""
+    return "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in grid.items())
+
+
 def init_kinds() -> tuple[str, ...]:
     """The model's init rules (``model.init``), read from its config so that a new rule is a grid choice."""
     import typing

@@ -144,8 +144,8 @@ def write_ladder_report(parent, cfg, out_dir: Path, against,
 
     from ..errors import NormsearchError
     from ..ranking import stat_runs
-    from ..stages.ladder import (chosen_by, found_labels, kind_of, ladder_handles, lr_mode, stored_mode,
-                                  stored_rungs)
+    from ..stages.ladder import (chosen_by, first_rung_entries, found_labels, kind_of, ladder_handles, lr_mode,
+                                  stored_mode, stored_rungs)
     from ..stats.ladder import analyse_ladder, rung_from_runs
     from ._files import write_report
     from ._ladder_plots import failures_plot, ladder_plot
@@ -181,9 +181,10 @@ def write_ladder_report(parent, cfg, out_dir: Path, against,
             save(fig, out_dir / "ladder_failures.png")
             fails = "ladder_failures.png"
         (out_dir / "ladder.json").write_text(json.dumps(stats.to_dict(), indent=1) + "\n")
+    entries = first_rung_entries(parent, cfg.name)
     text = ladder_markdown(parent, cfg, [r for r, _ in rungs], rankings, stats, plot, len(cfg.rungs), out_dir,
                            lr_mode(parent.recipe, cfg, stored=stored_mode(stored_rungs(parent, cfg.name))), folders,
-                           chosen_by(parent, cfg.name), fails, found_labels(parent, cfg.name))
+                           chosen_by(entries), fails, found_labels(entries))
     path = out_dir / "ladder.md"
     path.write_text(text)
     return path

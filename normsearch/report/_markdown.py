@@ -74,7 +74,7 @@ def _training_line(train, ranked, tokens_run) -> str:
     """What every architecture trained: the same budget, or, where the sweep extends or refines itself
     around each architecture's best or a grid multiplies it, the same rule, with the runs it gave. A
     stage trains each architecture in the one variant of the grid its search chose: told from the runs."""
-    from ..grid import variant_tag
+    from ..grid import grid_text, variant_tag
 
     lrs = ", ".join(f"{x:g}" for x in train.lr)
     n_seeds, n_lr = len(train.seeds), len(train.lr)
@@ -92,9 +92,8 @@ def _training_line(train, ranked, tokens_run) -> str:
     n_variants = [len({variant_tag(x.variant or {}) for x in r.runs}) for r in ranked if getattr(r, "runs", None)]
     sweep = " and ".join(adaptive)
     if train.grid and n_variants and max(n_variants) > 1:
-        grid = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in train.grid.items())
-        rule = (f" in each variant of the tuned grid ({grid}; a found placement has no paper init, and a baseline's "
-                f"paper init that is another init of the grid is trained once)"
+        rule = (f" in each variant of the tuned grid ({grid_text(train.grid)}; a found placement has no paper init, "
+                f"and a baseline's paper init that is another init of the grid is trained once)"
                 + (f", then, around its best cell and its lowest-loss cell only, {sweep}" if sweep else ""))
     elif train.grid:
         rule = (" in the one variant of the tuned grid its search chose for it (the init beside its best lr)"
@@ -336,20 +335,16 @@ def _plots_section(plots: dict[str, str], top: int, search_plots: bool = True) -
     return lines
 
 
-def _variant_words(variant: dict) -> str:
-    """A run's variant of the tuned grid in words (``init gpt``): a diverged run of another variant
-    than the chosen cell's is not a failure of the chosen cell."""
-    return ", ".join(f"{k} {v}" for k, v in variant.items())
-
-
 def _problems(ranking: Ranking) -> list[str]:
+    from ..grid import describe  # a diverged run's variant: one of another variant is not the chosen cell's failure
+
     lines = []
     div = [r for r in ranking.rows if r.n_diverged]
     if div:
         lines += ["### Diverged runs", ""]
         for r in div:
             where = ", ".join(f"seed {x.seed} at lr {float(x.lr):g}"
-                              + (f", {_variant_words(x.variant)}" if x.variant else "")
+                              + (f", {describe(x.variant)}" if x.variant else "")
                               + (f" (step {x.diverged_step})" if x.diverged_step is not None else "")
                               for x in r.runs if x.diverged)
             lines.append(f"- {r.label}: {r.n_diverged} of {r.n_runs} runs diverged: {where}.")

@@ -400,18 +400,20 @@ def ladder_handles(parent: StudyHandle, cfg: LadderConfig) -> list[tuple[Rung, S
     return out
 
 
-def found_labels(parent: StudyHandle, name: str = "") -> list[str]:
-    """The ladder's found placements in the order they were chosen (stored with its first rung)."""
+def first_rung_entries(parent: StudyHandle, name: str = "") -> list[dict]:
+    """The entries stored with the ladder's first rung (every rung trains these), [] without one."""
     study = find_stage(parent, kind_of(0, name))
-    entries = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
+    return ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
+
+
+def found_labels(entries: list[dict]) -> list[str]:
+    """The ladder's found placements in the order they were chosen."""
     return [e["label"] for e in entries if not e.get("baseline") and e.get("label")]
 
 
-def chosen_by(parent: StudyHandle, name: str = "") -> str:
-    """Which ranking chose the ladder's found placements, as stored with its first rung (a ladder
-    stored before that was recorded was chosen by the search's)."""
-    study = find_stage(parent, kind_of(0, name))
-    entries = ((study.user_attrs.get(A_STAGE) or {}) if study is not None else {}).get("entries") or []
+def chosen_by(entries: list[dict]) -> str:
+    """Which ranking chose the ladder's found placements (a ladder stored before that was recorded was
+    chosen by the search's)."""
     by = {e.get("chosen_by") or "search" for e in entries if not e.get("baseline")}
     if by == {"confirmation"}:
         return "the top of the confirmation's ranking, fresh seeds and the test split"

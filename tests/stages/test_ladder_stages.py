@@ -213,11 +213,11 @@ def test_report_only_alone_reports_the_stored_ladder_and_out_keeps_the_rung_repo
     assert "top 1 found placement(s)" in text and "seeds 2000 to 2000" in text
     assert (tmp_path / "x" / "ladder-0" / "report.md").is_file() and "(ladder-0/report.md)" in text
     # the found placements in the order they were chosen (stored with the first rung), not rung 0's ranking order
-    from normsearch.stages.ladder import found_labels
+    from normsearch.stages.ladder import first_rung_entries, found_labels
 
     stored = find_stage(open_results(laddered), "ladder-0").user_attrs[A_STAGE]["entries"]
     order = [e["label"] for e in stored if not e.get("baseline")]
-    assert found_labels(open_results(laddered)) == order and f"top 1 found placement(s) ({', '.join(order)};" in text
+    assert found_labels(first_rung_entries(open_results(laddered))) == order and f"top 1 found placement(s) ({', '.join(order)};" in text
     # a rung's report names the seeds its runs were trained on, not the search's (it said 0 for seed 2000)
     rung = (tmp_path / "x" / "ladder-0" / "report.md").read_text()
     assert "Seeds: 2000." in rung and "Seeds: 0." not in rung
