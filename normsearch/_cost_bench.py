@@ -29,7 +29,7 @@ from typing import Callable
 FILE = "throughput.json"
 VERSION = 1
 WARMUP = 3  # untimed steps per architecture first
-ROUNDS = 10  # rounds; each times every architecture once, in turn
+ROUNDS = 30  # rounds; each times every architecture once, in turn (the ratios' intervals need 6 or more)
 STEPS = 5  # steps per architecture per round
 SHAPE = ("n_layers", "d_model", "n_heads", "ffn", "ffn_hidden", "vocab_size", "context_length", "rope",
          "tie_embeddings")

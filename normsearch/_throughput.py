@@ -8,7 +8,10 @@
   the end, over the best baseline's (the best-ranked baseline row).
 - **Measured, or from the runs.** With a ``throughput.json`` of the study's shape (``normsearch report STUDY
   --measure-throughput``: every architecture's training step timed in one process, interleaved;
-  :mod:`normsearch._cost_bench`), the ratio is of its measured tokens/s (``throughput_source: measured``).
+  :mod:`normsearch._cost_bench`), the ratio is of its measured tokens/s (``throughput_source: measured``):
+  the median of the per-round ratios (round k of the row against round k of the baseline, timed within
+  seconds of each other), with a distribution-free 95% interval for that median (:func:`paired_ratio`). A
+  per-second verdict is drawn only where that interval puts the speed-up wholly on one side of 1.
   Without one it is of the runs' (``runs``), and when the runs of the row or of the baseline recorded tokens/s
   whose coefficient of variation exceeds :data:`NOISY_CV` (a shared machine) the row is ``throughput_noisy``: the
   ratio is kept, marked, and no per-second verdict is read from it (:func:`per_second_sentences`).
@@ -34,6 +37,31 @@ from ._rows import RANKED, Row
 from .records import RunResult
 
 NOISY_CV = 0.10  # runs' tokens/s varying more than this (coefficient of variation): no per-second verdict
+RATIO_LEVEL = 0.95  # the least coverage of the measured ratio's interval
+
+
+def paired_ratio(rounds: list[float], base_rounds: list[float],
+                 level: float = RATIO_LEVEL) -> tuple[float, float | None, float | None] | None:
+    """(median, low, high) of the per-round tokens/s ratios ``rounds[k] / base_rounds[k]`` of two architectures
+    measured interleaved (:mod:`normsearch._cost_bench`: round k times every architecture within seconds, so a
+    burst of load that spoils a round spoils both). The interval is the order statistics (x_(j), x_(n+1-j)) with
+    the largest j whose coverage for the median, 1 - 2 P(B <= j - 1) with B ~ Binomial(n, 1/2), is at least
+    ``level``: distribution-free, assuming only that the rounds' ratios are independent draws; (median, None,
+    None) when n is too small for ``level`` (fewer than 6 rounds at 95%). None without paired rounds."""
+    n = len(rounds)
+    if n == 0 or n != len(base_rounds) or any(b <= 0 for b in base_rounds):
+        return None
+    xs = sorted(a / b for a, b in zip(rounds, base_rounds))
+    med = statistics.median(xs)
+    k, below = 0, 0.0  # k: the largest j accepted so far (0: none); below: P(B <= k)
+    while k + 1 <= n // 2:
+        below_next = below + math.comb(n, k) / 2 ** n  # P(B <= k): the candidate j = k + 1's tail
+        if 1 - 2 * below_next < level:
+            break
+        k, below = k + 1, below_next
+    if k == 0:
+        return med, None, None
+    return med, xs[k - 1], xs[n - k]
 
 
 def compared_precision(rows: list[Row]) -> tuple[str | None, dict[str, int]]:
@@ -123,18 +151,22 @@ def best_baseline(rows: list[Row]) -> Row | None:
     return min(bases, key=lambda r: r.rank) if bases else None
 
 
-def add_speedups(rows: list[Row], measured: dict[str, float] | None = None) -> Row | None:
-    """Fill in every row's ``throughput_ratio`` (its source and whether it is noisy), ``step_speedup``,
-    ``effective_speedup`` (and its bound and note) against the best baseline, which it returns (None: no ranked
-    baseline, every value null). ``measured``: arch_id -> tokens/s from ``throughput.json``, used for a row when
-    it holds both the row and the baseline."""
+def add_speedups(rows: list[Row], measured: dict[str, float] | None = None,
+                 rounds: dict[str, list[float]] | None = None) -> Row | None:
+    """Fill in every row's ``throughput_ratio`` (its source, its interval and whether it is noisy),
+    ``step_speedup``, ``effective_speedup`` (and its bound and note) against the best baseline, which it returns
+    (None: no ranked baseline, every value null). ``measured``: arch_id -> tokens/s from ``throughput.json``,
+    used for a row when it holds both the row and the baseline; ``rounds``: arch_id -> its per-round tokens/s
+    there, which make the measured ratio the median of the paired per-round ratios, with its interval."""
     base = best_baseline(rows)
-    measured = measured or {}
+    measured, rounds = measured or {}, rounds or {}
     for r in rows:
         r.throughput_ratio = r.step_speedup = r.effective_speedup = r.speedup_at_baseline_loss = None
+        r.throughput_ratio_low = r.throughput_ratio_high = None
         r.speedup_lower_bound, r.speedup_note, r.speedup_against = False, "", base.label if base else ""
         r.throughput_cv, r.measured_tokens_per_s = tokens_per_s_cv(r), measured.get(r.arch_id)
         r.throughput_source, r.throughput_noisy = "", False
+        r.measured_rounds = list(rounds.get(r.arch_id) or [])
     if base is None:
         for r in rows:
             r.speedup_note = "no ranked baseline to compare with"
@@ -150,6 +182,11 @@ def _ratio(r: Row, base: Row) -> None:
     """``r.throughput_ratio`` against ``base``: measured when both were, else from the runs (noisy or not)."""
     if r.measured_tokens_per_s and base.measured_tokens_per_s:
         r.throughput_ratio, r.throughput_source = r.measured_tokens_per_s / base.measured_tokens_per_s, "measured"
+        paired = paired_ratio(r.measured_rounds, base.measured_rounds)
+        if r is base:
+            r.throughput_ratio = 1.0
+        elif paired is not None:
+            r.throughput_ratio, r.throughput_ratio_low, r.throughput_ratio_high = paired
         return
     tps, base_tps = median_tokens_per_s(r), median_tokens_per_s(base)
     r.throughput_ratio = tps / base_tps if tps and base_tps else None
@@ -189,29 +226,59 @@ def _speedup(r: Row, base: Row, curve: list[tuple[int, float]], base_end: tuple[
     r.effective_speedup = r.step_speedup * r.throughput_ratio
 
 
+def scaled_interval(r: Row, value: float | None) -> tuple[float, float] | None:
+    """``value``, a speed-up that is a step count times ``r.throughput_ratio``, over the ratio's interval: (low,
+    high), or None where the ratio has none (read from the runs, or too few rounds). The steps' own
+    uncertainty is not in it: it is the tokens/s measurement's alone."""
+    if value is None or r.throughput_ratio_low is None or r.throughput_ratio_high is None or not r.throughput_ratio:
+        return None
+    return value * r.throughput_ratio_low / r.throughput_ratio, value * r.throughput_ratio_high / r.throughput_ratio
+
+
+def ratio_words(r: Row) -> str:
+    """'1.10x' or, measured with an interval, '1.10x [0.96, 1.25]'."""
+    ci = "" if r.throughput_ratio_low is None else f" [{r.throughput_ratio_low:.2f}, {r.throughput_ratio_high:.2f}]"
+    return f"{r.throughput_ratio:.2f}x{ci}"
+
+
 def per_second_sentences(rows: list[Row]) -> list[str]:
     """One sentence per row whose verdict per step and per second differ against the best baseline: ahead per
     step (the baseline's curve never reaches its loss, or reaches it late) but behind per second (it reaches the
     baseline's final loss later in compute: ``speedup_at_baseline_loss`` < 1, or an exact effective speed-up
-    < 1), or possibly behind (only a bound below 1 to go by); or behind per step but ahead per second. None for a
-    row whose ratio is ``throughput_noisy`` (:func:`noisy_notice` says why instead)."""
+    < 1), or possibly behind (only a bound below 1 to go by); or behind per step but ahead per second. Where the
+    measured ratio's interval (:func:`scaled_interval`) reaches across 1 the sentence says the measurement does
+    not decide instead. None for a row whose ratio is ``throughput_noisy`` (:func:`noisy_notice` says why)."""
     out = []
     for r in rows:
         if r.label == r.speedup_against or r.step_speedup is None or r.throughput_ratio is None or r.throughput_noisy:
             continue
-        base, ratio, eff = r.speedup_against, r.throughput_ratio, r.effective_speedup
+        base, ratio, eff = r.speedup_against, ratio_words(r), r.effective_speedup
         at_base = r.speedup_at_baseline_loss
-        head = f"{r.label} is ahead per step but {ratio:.2f}x the tokens/s of {base}: per second it"
         if r.speedup_lower_bound or r.step_speedup > 1:
-            if at_base is not None and at_base < 1:
-                out.append(f"{head} is behind (effective speed-up {at_base:.2f}x at {base}'s final loss"
+            head = f"{r.label} is ahead per step but {ratio} the tokens/s of {base}: per second it"
+            value = at_base if at_base is not None else eff
+            if value is None or value >= 1:
+                continue
+            ci = scaled_interval(r, value)
+            where = f" at {base}'s final loss" if at_base is not None else ""
+            if ci is not None and ci[1] >= 1:
+                out.append(f"{r.label} is ahead per step and {ratio} the tokens/s of {base}: per second the "
+                           f"measurement does not decide (effective speed-up {value:.2f}x [{ci[0]:.2f}, "
+                           f"{ci[1]:.2f}]{where})")
+            elif at_base is not None:
+                out.append(f"{head} is behind (effective speed-up {at_base:.2f}x{where}"
                            + (f", >= {eff:.2f}x at its own)" if r.speedup_lower_bound else ")"))
-            elif at_base is None and eff is not None and eff < 1:
+            else:
                 out.append(f"{head} is behind (effective speed-up {eff:.2f}x)" if not r.speedup_lower_bound else
                            f"{head} may be behind (effective speed-up >= {eff:.2f}x: {base} never reached its loss)")
         elif r.step_speedup < 1 and eff is not None and eff > 1:
-            out.append(f"{r.label} is behind per step but {ratio:.2f}x the tokens/s of {base}: per second it is "
-                       f"ahead (effective speed-up {eff:.2f}x)")
+            ci = scaled_interval(r, eff)
+            if ci is not None and ci[0] <= 1:
+                out.append(f"{r.label} is behind per step and {ratio} the tokens/s of {base}: per second the "
+                           f"measurement does not decide (effective speed-up {eff:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}])")
+            else:
+                out.append(f"{r.label} is behind per step but {ratio} the tokens/s of {base}: per second it is "
+                           f"ahead (effective speed-up {eff:.2f}x)")
     return out
 
 

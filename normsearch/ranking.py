@@ -181,7 +181,8 @@ def rank(study, against: tuple[str, ...] | list[str] = DEFAULT_AGAINST, objectiv
     judgement.precision, judgement.precisions = precision, precisions
     judgement.precision_excluded = sum(r.n_other_precision for r in rows)
     measured = read_measurement(folder, study_key(recipe, precision), STAGE_SEP in study.study_name)
-    add_speedups(rows, {k: m.tokens_per_s for k, m in measured[0].items()} if measured else None)
+    add_speedups(rows, {k: m.tokens_per_s for k, m in measured[0].items()} if measured else None,
+                 {k: m.rounds for k, m in measured[0].items()} if measured else None)
     judgement.throughput = measured[1] if measured and any(r.throughput_source == "measured" for r in rows) else {}
     if _raced(study):  # racing chose where to add seeds from the results: no verdict of it is confirmatory
         for r in rows:

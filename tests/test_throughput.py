@@ -13,7 +13,7 @@ import pytest
 import test_ranking
 from test_ranking import ARCHS, INIT, L, build_study, placement_of
 
-from normsearch._throughput import compared_precision, mean_curve, steps_to_reach
+from normsearch._throughput import compared_precision, mean_curve, paired_ratio, steps_to_reach
 from normsearch.ranking import OTHER_PRECISION, rank
 from normsearch.records import RunResult
 from normsearch.report import Importance, ranking_json, report_markdown, write_csv
@@ -261,13 +261,44 @@ def test_noisy_recorded_tokens_per_s_give_no_per_second_verdict(monkeypatch, tmp
     assert by_label["t3"]["throughput_noisy"] == "True" and by_label["t4"]["throughput_noisy"] == "False"
 
 
-def store(folder, recipe, tokens_per_s, **key):
+def store(folder, recipe, tokens_per_s, rounds=None, **key):
+    """A throughput.json: every architecture at ``tokens_per_s`` in each of 10 rounds, or at ``rounds[label]``."""
     from normsearch._cost_bench import Measured, study_key, write_measurement
 
     meta = {"key": study_key(recipe, "32-true") | key, "cpu": "a test CPU", "device": "cpu", "threads": 1,
             "torch": "x", "precision": "32-true", "date": "2025-01-02T03:04:05", "rounds": 10, "steps": 5}
-    archs = {placement_of(k).arch_id(L): Measured(v, v * 0.98, v * 1.02, [v] * 10, k) for k, v in tokens_per_s.items()}
+    rounds = rounds or {}
+    archs = {placement_of(k).arch_id(L): Measured(v, v * 0.98, v * 1.02, rounds.get(k, [v] * 10), k)
+             for k, v in tokens_per_s.items()}
     write_measurement(folder, archs, meta)
+
+
+def test_paired_ratio_is_the_median_of_the_rounds_ratios_with_order_statistic_bounds():
+    base = [100.0, 200.0, 50.0, 100.0, 100.0, 400.0, 100.0, 100.0, 80.0, 100.0]
+    ratios = [1.0, 1.5, 0.5, 1.2, 1.1, 0.9, 1.3, 0.8, 1.05, 0.95]  # per round
+    med, lo, hi = paired_ratio([b * r for b, r in zip(base, ratios)], base)
+    xs = sorted(ratios)
+    assert med == pytest.approx((xs[4] + xs[5]) / 2)
+    # n = 10: (x_(2), x_(9)) covers the median with 1 - 2 P(B <= 1) = 0.979; (x_(3), x_(8)) only 0.891
+    assert (lo, hi) == (pytest.approx(xs[1]), pytest.approx(xs[8]))
+    assert paired_ratio([1.0] * 5, [1.0] * 5) == (1.0, None, None)  # 5 rounds: at most 0.9375, no 95% interval
+    assert paired_ratio([2.0] * 6, [1.0] * 6) == (2.0, 2.0, 2.0)  # 6 rounds: (x_(1), x_(6)), 0.969
+    assert paired_ratio([1.0] * 10, [1.0] * 9) is None and paired_ratio([], []) is None  # unpaired: none
+
+
+def test_the_paired_interval_covers_the_true_median_at_least_95_percent_of_the_time():
+    import random
+
+    rng = random.Random(0)
+    for n in (10, 30):
+        covered = 0
+        for _ in range(2000):  # a round's tokens/s: a shared burst of load (both) and each one's own noise
+            burst = [rng.lognormvariate(0, 0.4) for _ in range(n)]
+            a = [1100 / b * rng.lognormvariate(0, 0.15) for b in burst]
+            base = [1000 / b * rng.lognormvariate(0, 0.15) for b in burst]
+            _, lo, hi = paired_ratio(a, base)
+            covered += lo <= 1.1 <= hi
+        assert covered / 2000 >= 0.94, (n, covered)
 
 
 def test_a_measurement_replaces_the_noisy_recordings(monkeypatch, tmp_path):
@@ -281,10 +312,15 @@ def test_a_measurement_replaces_the_noisy_recordings(monkeypatch, tmp_path):
     assert t3.measured_tokens_per_s == 800.0 and t3.throughput_cv == pytest.approx(0.2727, abs=1e-3)
     assert t4.throughput_source == "runs" and t4.measured_tokens_per_s is None  # not measured: its runs' ratio
     assert t3.speedup_at_baseline_loss < 1
-    assert ("t3 is ahead per step but 0.80x the tokens/s of peri_ln: per second it is behind (effective speed-up "
-            f"{t3.speedup_at_baseline_loss:.2f}x at peri_ln's final loss, >= {t3.effective_speedup:.2f}x at its own)") in md
+    assert (t3.throughput_ratio_low, t3.throughput_ratio_high) == (pytest.approx(0.8), pytest.approx(0.8))
+    assert ("t3 is ahead per step but 0.80x [0.80, 0.80] the tokens/s of peri_ln: per second it is behind (effective "
+            f"speed-up {t3.speedup_at_baseline_loss:.2f}x at peri_ln's final loss, >= {t3.effective_speedup:.2f}x at "
+            "its own)") in md
+    assert "A ratio is the median of the per-round ratios" in md
     assert "Tokens/s measured by `normsearch report --measure-throughput` on 2025-01-02 (a test CPU, 1 thread(s)" in md
     assert "the interquartile range of an architecture's rounds is 4% to 4% of its median" in md
+    rows = {r["label"]: r for r in data["rows"]}
+    assert rows["t3"]["throughput_ratio_low"] == pytest.approx(0.8) and "measured_rounds" not in rows["t3"]
     assert "Training throughput recorded by the runs varies" not in md
     assert data["judgement"]["throughput"]["cpu"] == "a test CPU"
 
@@ -296,3 +332,33 @@ def test_a_measurement_of_another_shape_is_ignored(monkeypatch, tmp_path):
     result = rank(handle)
     assert {r.throughput_source for r in result.rows} == {"runs"} and result.row("t3").throughput_noisy
     assert result.judgement.throughput == {} and result.row("t3").measured_tokens_per_s is None
+
+
+def test_a_measured_ratio_whose_interval_reaches_across_1_decides_nothing_per_second(monkeypatch, tmp_path):
+    """t3 is ahead per step (a lower bound against peri_ln) and measured at a median 0.90x peri_ln's tokens/s, but
+    its rounds' ratios run from 0.6 to 1.4: no 'behind per second', the interval instead; with rounds that agree
+    the same median gives the verdict."""
+    handle = handle_of(build_study(only=["pre_ln", "peri_ln", "t3"]), tmp_path)
+    base = [1000.0] * 10
+    wide = [1000.0 * x for x in (0.6, 0.7, 0.8, 0.85, 0.9, 0.9, 1.1, 1.2, 1.3, 1.4)]
+    store(tmp_path, handle.recipe, {"pre_ln": 1000.0, "peri_ln": 1000.0, "t3": 900.0},
+          rounds={"peri_ln": base, "t3": wide})
+    result = rank(handle)
+    md, data, table = written(result, tmp_path)
+    t3 = result.row("t3")
+    assert t3.throughput_ratio == pytest.approx(0.9) and t3.speedup_at_baseline_loss < 1
+    assert (t3.throughput_ratio_low, t3.throughput_ratio_high) == (pytest.approx(0.7), pytest.approx(1.3))
+    lo, hi = (t3.speedup_at_baseline_loss * x / 0.9 for x in (0.7, 1.3))
+    assert hi > 1
+    assert ("t3 is ahead per step and 0.90x [0.70, 1.30] the tokens/s of peri_ln: per second the measurement does "
+            f"not decide (effective speed-up {t3.speedup_at_baseline_loss:.2f}x [{lo:.2f}, {hi:.2f}] at peri_ln's "
+            "final loss)") in md
+    assert "t3 is ahead per step but" not in md
+    line = next(x for x in md.splitlines() if x.startswith("| ") and "| t3 |" in x)
+    e = t3.effective_speedup
+    assert "| 0.90x [0.70, 1.30] |" in line and f"| >= {e:.2f}x [{e * 0.7 / 0.9:.2f}, {e * 1.3 / 0.9:.2f}] |" in line
+    assert float(table["t3"]["throughput_ratio_high"]) == pytest.approx(1.3)
+    store(tmp_path, handle.recipe, {"pre_ln": 1000.0, "peri_ln": 1000.0, "t3": 900.0},
+          rounds={"peri_ln": base, "t3": [900.0 + i for i in range(-5, 5)]})
+    md = written(rank(handle), tmp_path)[0]
+    assert "t3 is ahead per step but 0.90x [0.90, 0.90] the tokens/s of peri_ln: per second it is behind" in md

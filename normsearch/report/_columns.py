@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._throughput import ratio_words, scaled_interval
 from ..ranking import OTHER_PRECISION, RANKED, Row
 from ..records import is_control_label
 
@@ -32,16 +33,20 @@ def _noisy(r: Row) -> str:
 
 
 def speedup_text(r: Row) -> str:
-    """The effective speed-up against the best baseline: '1.25x', '>= 1.10x' (a lower bound) or '-'; a trailing
-    '~' when its tokens/s ratio is noisy."""
+    """The effective speed-up against the best baseline: '1.25x', '>= 1.10x' (a lower bound) or '-', with the
+    measured tokens/s ratio's interval carried over ('1.25x [1.10, 1.31]'); a trailing '~' when its tokens/s ratio
+    is noisy."""
     if r.effective_speedup is None:
         return "-"
-    return (">= " if r.speedup_lower_bound else "") + f"{r.effective_speedup:.2f}x" + _noisy(r)
+    ci = scaled_interval(r, r.effective_speedup)
+    return ((">= " if r.speedup_lower_bound else "") + f"{r.effective_speedup:.2f}x"
+            + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + _noisy(r))
 
 
 def ratio_text(r: Row) -> str:
-    """The tokens/s ratio against the best baseline: '0.97x', '1.40x~' (noisy) or '-'."""
-    return "-" if r.throughput_ratio is None else f"{r.throughput_ratio:.2f}x" + _noisy(r)
+    """The tokens/s ratio against the best baseline: '0.97x', '1.10x [0.96, 1.25]' (measured, with its
+    interval), '1.40x~' (noisy) or '-'."""
+    return "-" if r.throughput_ratio is None else ratio_words(r) + _noisy(r)
 
 
 def _control(r: Row) -> bool:
@@ -136,6 +141,8 @@ COLUMNS: tuple[Column, ...] = (
     _attr("throughput_noisy"),
     _attr("throughput_cv"),
     _attr("measured_tokens_per_s"),
+    _attr("throughput_ratio_low"),
+    _attr("throughput_ratio_high"),
     _attr("wall_time"),
     Column("kernels", "kernels", text=kernels_text),
     _attr("triton_version"),

@@ -219,9 +219,11 @@ def _table(ranking: Ranking) -> list[str]:
               "**arch_id**: the network's identity (a hash of where every norm sits).",
               "- **tokens/s vs best baseline**: the row's training tokens/s over the best baseline's, measured with "
               "every architecture interleaved in one process where the study has a `throughput.json` (`normsearch "
-              "report --measure-throughput`), else the median of the runs at the chosen cell; **effective "
+              "report --measure-throughput`: the median of the per-round ratios, with its distribution-free 95% "
+              "interval), else the median of the runs at the chosen cell; **effective "
               "speed-up**: how much more compute the best baseline needs to reach this row's final validation loss "
-              "(steps read off its mean validation curve, over this row's steps, times the tokens/s ratio); `>=` "
+              "(steps read off its mean validation curve, over this row's steps, times the tokens/s ratio; in "
+              "brackets the ratio's interval carried over, the measurement's uncertainty alone); `>=` "
               "marks a lower bound, where the baseline never reached that loss; a trailing `~`: read from runs whose "
               "recorded tokens/s (this row's or the baseline's) vary by more than 10% (coefficient of variation), "
               "a shared machine's noise rather than what the norms cost (`docs/statistics.md` §13).", ""]
@@ -241,8 +243,11 @@ def _cost_lines(ranking: Ranking) -> list[str]:
         lines += [f"Tokens/s measured by `normsearch report --measure-throughput` on {m.get('date', '?')[:10]} "
                   f"({m.get('device') if m.get('device') != 'cpu' else m.get('cpu')}, {m.get('threads')} thread(s), "
                   f"torch {m.get('torch')}, {m.get('precision')}): every architecture's training step in one process, "
-                  f"interleaved, the median of {m.get('rounds')} rounds of {m.get('steps')} steps (`throughput.json`); "
-                  f"the interquartile range of an architecture's rounds is {lo:.0%} to {hi:.0%} of its median.", ""]
+                  f"interleaved, {m.get('rounds')} rounds of {m.get('steps')} steps (`throughput.json`); the "
+                  f"interquartile range of an architecture's rounds is {lo:.0%} to {hi:.0%} of its median. A ratio is "
+                  f"the median of the per-round ratios (each round times every architecture within seconds); a "
+                  f"per-second verdict is drawn only where its 95% interval puts the speed-up wholly on one side of 1.",
+                  ""]
     if sentences:
         lines += [f"Per step and per second against {base}, the best baseline: " + "; ".join(sentences) + ".", ""]
     notice = noisy_notice(ranking.rows)

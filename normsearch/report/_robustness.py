@@ -66,6 +66,8 @@ def robustness_data(parent, cfg, rungs_dir: Path | None = None, write_variants: 
                       "failure_rate": r.failure_rate, "lr": r.best_lr, "lrs": sorted(r.per_lr),
                       "init": r.init, "n_params": r.n_params, "tokens_per_s": r.tokens_per_s,
                       "precision": r.precision, "throughput_ratio": getattr(r, "throughput_ratio", None),
+                      "throughput_ratio_ci": [getattr(r, "throughput_ratio_low", None),
+                                              getattr(r, "throughput_ratio_high", None)],
                       "effective_speedup": getattr(r, "effective_speedup", None),
                       "speedup_lower_bound": getattr(r, "speedup_lower_bound", False),
                       "speedup_at_baseline_loss": getattr(r, "speedup_at_baseline_loss", None),
@@ -165,8 +167,11 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
                   "compute the best baseline needs to reach the architecture's final loss, per unit of the "
                   "architecture's, read from the baseline's validation curve, times the throughput ratio (`>=`: the "
                   "baseline never reached that loss, a lower bound, not extrapolated); and the other way round, "
-                  "the baseline's compute over what the architecture needs to reach the baseline's final loss. `~`: "
-                  "from runs whose recorded tokens/s vary by more than 10% (a shared machine), no per-second verdict.",
+                  "the baseline's compute over what the architecture needs to reach the baseline's final loss. "
+                  "Measured ratios: the median of the per-round ratios with its distribution-free 95% interval, "
+                  "carried over to both speed-ups (the tokens/s measurement's uncertainty alone, not the steps'). "
+                  "`~`: from runs whose recorded tokens/s vary by more than 10% (a shared machine), no per-second "
+                  "verdict.",
                   "", "| variant | architecture | against | tokens/s ratio | source | effective speed-up | "
                   "at the baseline's loss |", "|---|---|---|---|---|---|---|"]
         for name, r in cost:
@@ -175,10 +180,22 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
             eff = None if eff is None else {"value": eff, "bound": "lower" if r.get("speedup_lower_bound") else None}
             at = r.get("speedup_at_baseline_loss")
             lines.append(f"| {name} | {r['label']} | {r.get('speedup_against') or '-'} | "
-                         f"{_f(r['throughput_ratio'], 2, False)}{mark} | {r.get('throughput_source') or '-'} | "
-                         f"{_speedup(eff)}{mark if eff is not None else ''} | "
-                         f"{_speedup(at)}{mark if at is not None else ''} |")
+                         f"{_f(r['throughput_ratio'], 2, False)}{_scaled(r, r['throughput_ratio'])}{mark} | "
+                         f"{r.get('throughput_source') or '-'} | "
+                         f"{_speedup(eff)}{_scaled(r, eff)}{mark if eff is not None else ''} | "
+                         f"{_speedup(at)}{_scaled(r, at)}{mark if at is not None else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _scaled(row: dict, x) -> str:
+    """' [low, high]': ``x`` (the ratio, or a speed-up that is steps times it; a dict with its ``value``) over the
+    measured ratio's interval; '' where there is none."""
+    lo, hi = row.get("throughput_ratio_ci") or (None, None)
+    value = x.get("value") if isinstance(x, dict) else x
+    ratio = row.get("throughput_ratio")
+    if value is None or lo is None or hi is None or not ratio:
+        return ""
+    return f" [{value * lo / ratio:.2f}, {value * hi / ratio:.2f}]"
 
 
 def _speedup(x) -> str:

@@ -44,3 +44,11 @@ def test_a_speedup_the_baselines_curve_only_bounds_is_written_as_a_bound(tmp_pat
     text = robustness_markdown(_data(tmp_path), tmp_path)
     assert "| base | f | b | 1.03 | measured | >= 1.03x | 1.57x |" in text
     assert "| base | b | b | 1.00 | measured | 1.00x | - |" in text
+
+
+def test_a_measured_ratio_carries_its_interval_to_both_speedups(tmp_path):
+    data = _data(tmp_path)
+    data["variants"][0]["rows"][0]["throughput_ratio_ci"] = [0.9, 1.2]  # ratio 1.03: x 0.874 to x 1.165
+    text = robustness_markdown(data, tmp_path)
+    assert "| base | f | b | 1.03 [0.90, 1.20] | measured | >= 1.03x [0.90, 1.20] | 1.57x [1.37, 1.83] |" in text
+    assert "median of the per-round ratios with its distribution-free 95% interval" in text
