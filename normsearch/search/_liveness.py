@@ -1,9 +1,10 @@
 """Liveness: which worker runs a trial, its heartbeat, and reaping the trials of dead workers.
 
 A worker on this host is dead when its process is gone; one elsewhere when its heartbeat is
-``search.grace`` seconds old and has not moved while this process watched it (so clocks that
-disagree between machines, or a database outage that held the heartbeat back, are no evidence of
-death). A reaped trial is marked FAIL and enqueued again, up to :data:`MAX_RETRIES` times.
+``search.grace`` seconds old and this process then watched it stand still, overdue, for two heartbeat
+intervals (so clocks that disagree between machines, or a database outage that held the heartbeat
+back, are no evidence of death: an outage this process did not meet itself, because it was not
+reading the database then, ends before the watch does). A reaped trial is marked FAIL and enqueued again, up to :data:`MAX_RETRIES` times.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ _watched: dict[tuple, tuple[float, float]] = {}
 
 
 def _silent_for(study, t, beat: float, now: float) -> float:
-    """How long this process has watched the trial's heartbeat stand still, not counting time
-    before this process's own last storage trouble (a worker cannot beat while the database is
-    down, so an outage is no evidence of death)."""
+    """How long this process has watched the trial's heartbeat stand still since it first read it
+    overdue (the caller asks only then), not counting time before this process's own last storage
+    trouble (a worker cannot beat while the database is down, so an outage is no evidence of death)."""
     key = (study.study_name, _optuna.trial_id(t))
     seen = _watched.get(key)
     if seen is None or seen[0] != beat:
@@ -79,8 +80,11 @@ def _silent_for(study, t, beat: float, now: float) -> float:
 
 def reap_dead_trials(study, grace: float, heartbeat: float | None = None) -> list[int]:
     """Fail the running trials whose worker is gone and enqueue each for a retry. Returns their
-    numbers. A worker elsewhere must have been watched standing still for twice the heartbeat
-    interval (``heartbeat``, default ``grace / 2``) besides its heartbeat being ``grace`` old."""
+    numbers. A worker elsewhere must have a heartbeat ``grace`` old that this process then watched
+    stand still for twice the heartbeat interval (``heartbeat``, default ``grace / 2``): the watch
+    starts at the first read that finds it overdue, never at an earlier read that found it fresh, so a
+    silence this process did not watch (a database restart between two of its reads, which its
+    connection pool may have healed without an error it could note) proves nothing."""
     from ._census import census
 
     confirm = 2 * heartbeat if heartbeat else grace / 2
@@ -96,8 +100,10 @@ def reap_dead_trials(study, grace: float, heartbeat: float | None = None) -> lis
             continue
         if alive is None:
             last = ua.get(A_HEARTBEAT) or (t.datetime_start.timestamp() if t.datetime_start else time.time())
-            watched = _silent_for(study, t, last, time.monotonic())
-            if time.time() - last < grace or watched < confirm:
+            if time.time() - last < grace:
+                _watched.pop((study.study_name, _optuna.trial_id(t)), None)  # fresh: no watch yet
+                continue
+            if _silent_for(study, t, last, time.monotonic()) < confirm:
                 continue
             why = f"no heartbeat for {time.time() - last:.0f} s"
         else:

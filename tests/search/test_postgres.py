@@ -284,6 +284,25 @@ def test_death_by_heartbeat_needs_a_heartbeat_that_stood_still_while_watched(tmp
     assert {t.number for t in census(study).running} == {ahead.number, behind.number}
 
 
+def test_a_heartbeat_read_fresh_then_overdue_is_watched_from_the_overdue_read(tmp_path):
+    """No server needed. The reaper read the heartbeat fresh, then, after a gap in which it did not read
+    the database (and so met no outage of its own, though the database may have restarted), read it
+    overdue: the silence it did not watch proves nothing. The trial is dead only once this process has
+    watched it overdue and standing still for two heartbeat intervals."""
+    import optuna
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'hb.db'}", study_name=unique("hb"))
+    t = study.ask()
+    study._storage.set_trial_user_attr(t._trial_id, A_WORKER, "elsewhere:1")
+    study._storage.set_trial_user_attr(t._trial_id, "heartbeat", time.time())
+    grace, heartbeat = 1.0, 0.25  # watched for 0.5 s
+    assert reap_dead_trials(study, grace, heartbeat) == []  # fresh
+    time.sleep(1.2)  # overdue, and unchanged for longer than the watch since the first read
+    assert reap_dead_trials(study, grace, heartbeat) == []  # but first read overdue only now
+    time.sleep(0.6)
+    assert reap_dead_trials(study, grace, heartbeat) == [t.number]
+
+
 # -- the database restarted mid-run -------------------------------------------------------------------
 
 
