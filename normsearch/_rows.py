@@ -105,7 +105,6 @@ class Row:
     # the measured ratio's distribution-free 95% interval (normsearch._throughput.paired_ratio; None from the runs)
     throughput_ratio_low: float | None = None
     throughput_ratio_high: float | None = None
-    measured_rounds: list[float] = field(default_factory=list, repr=False)  # throughput.json's; not serialised
     comparisons: list[Any] = field(default_factory=list)  # normsearch.stats.Comparison, this row vs a baseline
     runs: list[RunResult] = field(default_factory=list, repr=False)  # the runs (plots); not serialised
 
@@ -115,7 +114,6 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("runs")
-        d.pop("measured_rounds")
         d["seeds"] = {str(k): v for k, v in self.seeds.items()}
         d["seed_scores"] = d["seeds"]  # the same numbers, under the name older readers of ranking.json use
         d["per_lr"] = {repr(k): v for k, v in self.per_lr.items()}

@@ -166,7 +166,6 @@ def add_speedups(rows: list[Row], measured: dict[str, float] | None = None,
         r.speedup_lower_bound, r.speedup_note, r.speedup_against = False, "", base.label if base else ""
         r.throughput_cv, r.measured_tokens_per_s = tokens_per_s_cv(r), measured.get(r.arch_id)
         r.throughput_source, r.throughput_noisy = "", False
-        r.measured_rounds = list(rounds.get(r.arch_id) or [])
     if base is None:
         for r in rows:
             r.speedup_note = "no ranked baseline to compare with"
@@ -174,18 +173,17 @@ def add_speedups(rows: list[Row], measured: dict[str, float] | None = None,
     curve = mean_curve(chosen_runs(base))
     base_end = final_point(chosen_runs(base))
     for r in rows:
-        _speedup(r, base, curve, base_end)
+        _speedup(r, base, curve, base_end, rounds)
     return base
 
 
-def _ratio(r: Row, base: Row) -> None:
-    """``r.throughput_ratio`` against ``base``: measured when both were, else from the runs (noisy or not)."""
+def _ratio(r: Row, base: Row, rounds: dict[str, list[float]]) -> None:
+    """``r.throughput_ratio`` against ``base``: measured when both were (paired over ``rounds`` where both have
+    them), else from the runs (noisy or not)."""
     if r.measured_tokens_per_s and base.measured_tokens_per_s:
         r.throughput_ratio, r.throughput_source = r.measured_tokens_per_s / base.measured_tokens_per_s, "measured"
-        paired = paired_ratio(r.measured_rounds, base.measured_rounds)
-        if r is base:
-            r.throughput_ratio = 1.0
-        elif paired is not None:
+        paired = None if r is base else paired_ratio(rounds.get(r.arch_id) or [], rounds.get(base.arch_id) or [])
+        if paired is not None:
             r.throughput_ratio, r.throughput_ratio_low, r.throughput_ratio_high = paired
         return
     tps, base_tps = median_tokens_per_s(r), median_tokens_per_s(base)
@@ -195,8 +193,9 @@ def _ratio(r: Row, base: Row) -> None:
         r.throughput_noisy = r is not base and max(r.throughput_cv or 0.0, base.throughput_cv or 0.0) > NOISY_CV
 
 
-def _speedup(r: Row, base: Row, curve: list[tuple[int, float]], base_end: tuple[float, float] | None) -> None:
-    _ratio(r, base)
+def _speedup(r: Row, base: Row, curve: list[tuple[int, float]], base_end: tuple[float, float] | None,
+             rounds: dict[str, list[float]]) -> None:
+    _ratio(r, base, rounds)
     end = final_point(chosen_runs(r)) if r.rank is not None else None
     if end is None:
         r.speedup_note = "not ranked" if r.rank is None else "no successful run at its chosen cell"
@@ -226,13 +225,19 @@ def _speedup(r: Row, base: Row, curve: list[tuple[int, float]], base_end: tuple[
     r.effective_speedup = r.step_speedup * r.throughput_ratio
 
 
-def scaled_interval(r: Row, value: float | None) -> tuple[float, float] | None:
-    """``value``, a speed-up that is a step count times ``r.throughput_ratio``, over the ratio's interval: (low,
-    high), or None where the ratio has none (read from the runs, or too few rounds). The steps' own
-    uncertainty is not in it: it is the tokens/s measurement's alone."""
-    if value is None or r.throughput_ratio_low is None or r.throughput_ratio_high is None or not r.throughput_ratio:
+def carried_interval(value: float | None, ratio: float | None, low: float | None,
+                     high: float | None) -> tuple[float, float] | None:
+    """``value``, the ratio itself or a speed-up that is a step count times ``ratio``, over the ratio's interval
+    (``low``, ``high``): (low, high), or None where the ratio has none (read from the runs, or too few rounds).
+    The steps' own uncertainty is not in it: it is the tokens/s measurement's alone."""
+    if value is None or low is None or high is None or not ratio:
         return None
-    return value * r.throughput_ratio_low / r.throughput_ratio, value * r.throughput_ratio_high / r.throughput_ratio
+    return value * low / ratio, value * high / ratio
+
+
+def scaled_interval(r: Row, value: float | None) -> tuple[float, float] | None:
+    """:func:`carried_interval` of ``value`` over row ``r``'s measured ratio."""
+    return carried_interval(value, r.throughput_ratio, r.throughput_ratio_low, r.throughput_ratio_high)
 
 
 def ratio_words(r: Row) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .._throughput import carried_interval
 from ..records import jsonable
 
 
@@ -189,13 +190,10 @@ def robustness_markdown(data: dict, out_dir: Path) -> str:
 
 def _scaled(row: dict, x) -> str:
     """' [low, high]': ``x`` (the ratio, or a speed-up that is steps times it; a dict with its ``value``) over the
-    measured ratio's interval; '' where there is none."""
-    lo, hi = row.get("throughput_ratio_ci") or (None, None)
-    value = x.get("value") if isinstance(x, dict) else x
-    ratio = row.get("throughput_ratio")
-    if value is None or lo is None or hi is None or not ratio:
-        return ""
-    return f" [{value * lo / ratio:.2f}, {value * hi / ratio:.2f}]"
+    measured ratio's interval (:func:`normsearch._throughput.carried_interval`); '' where there is none."""
+    ci = carried_interval(x.get("value") if isinstance(x, dict) else x, row.get("throughput_ratio"),
+                          *(row.get("throughput_ratio_ci") or (None, None)))
+    return f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
 
 
 def _speedup(x) -> str:

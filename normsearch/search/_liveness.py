@@ -4,7 +4,8 @@ A worker on this host is dead when its process is gone; one elsewhere when its h
 ``search.grace`` seconds old and this process then watched it stand still, overdue, for two heartbeat
 intervals (so clocks that disagree between machines, or a database outage that held the heartbeat
 back, are no evidence of death: an outage this process did not meet itself, because it was not
-reading the database then, ends before the watch does). A reaped trial is marked FAIL and enqueued again, up to :data:`MAX_RETRIES` times.
+reading the database then, ends before the watch does). A reaped trial is marked FAIL and enqueued
+again, up to :data:`MAX_RETRIES` times.
 """
 
 from __future__ import annotations
